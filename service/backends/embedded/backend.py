@@ -1,0 +1,228 @@
+"""``EmbeddedBackend``: ART's ``Backend`` protocol on the CPU, with a real policy that learns.
+
+It is to ART's GPU backends what SQLite is to PostgreSQL: the same contract, a smaller engine.
+``register`` loads or creates the model's policy; ``_prepare_backend_for_training`` starts an
+OpenAI-compatible server on loopback; ``_train_sft`` warm-starts from demonstrations (cached by
+content, since training is deterministic); ``train`` takes a GRPO step and checkpoints it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import secrets
+import socket
+from collections.abc import AsyncIterator, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import art
+import torch
+import uvicorn
+from art import dev
+from art.types import TrainResult, TrainSFTConfig
+
+from service.backends.embedded.engine import PolicyEngine
+from service.backends.embedded.objectives import GRPOConfig, group_advantages
+from service.backends.embedded.policy import PRESETS
+from service.backends.embedded.sampler import Sample, SamplingRequest
+from service.backends.embedded.sequences import TokenSequence, tokenize_trajectory
+from service.backends.embedded.server import ServingError, build_app
+
+DEFAULT_SFT_BATCH_SIZE = 64
+
+
+class _QuietServer(uvicorn.Server):
+    """A uvicorn server that leaves signal handling to the program embedding it."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):  # type: ignore[override]
+        yield
+
+
+class EmbeddedBackend:
+    """Trains small character-level policies in this process and serves them over HTTP.
+
+    ``path`` holds one directory per model (checkpoints, reference); ``cache_dir`` keeps
+    finished warm starts so identical fine-tuning runs are done once. ``seed`` seeds the
+    initial weights of new models.
+    """
+
+    def __init__(
+        self, *, path: str | Path, cache_dir: str | Path | None = None, seed: int = 0, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
+        self._path = Path(path)
+        self._cache_dir = Path(cache_dir) if cache_dir is not None else self._path / "cache"
+        self._seed = seed
+        self._host, self._port = host, port
+        self._engines: dict[str, PolicyEngine] = {}
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedded-policy")
+        self._api_key = secrets.token_urlsafe(24)
+        self._server: _QuietServer | None = None
+        self._server_task: asyncio.Task[None] | None = None
+        self._base_url: str | None = None
+
+    # -- ART Backend protocol ---------------------------------------------------------------
+
+    async def register(self, model: art.Model) -> None:
+        if not isinstance(model, art.TrainableModel):
+            raise TypeError("the embedded backend trains and serves TrainableModel instances only")
+        if model.base_model not in PRESETS:
+            raise ValueError(f"unknown embedded base model {model.base_model!r}; choose one of {sorted(PRESETS)}")
+        model_dir = self._path / model.project / "models" / model.name
+        self._engines[model.name] = await self._run(PolicyEngine, model_dir, PRESETS[model.base_model], seed=self._seed)
+
+    async def _prepare_backend_for_training(
+        self, model: art.TrainableModel, config: dev.OpenAIServerConfig | None = None
+    ) -> tuple[str, str]:
+        await self._ensure_server()
+        assert self._base_url is not None
+        return self._base_url, self._api_key
+
+    def _model_inference_name(self, model: art.Model, step: int | None = None) -> str:
+        engine = self._engines.get(model.name)
+        current = engine.step if engine is not None else 0
+        return f"{model.name}@{current if step is None else step}"
+
+    async def _get_step(self, model: art.TrainableModel) -> int:
+        return self._engine(model.name).step
+
+    async def _delete_checkpoint_files(self, model: art.TrainableModel, steps_to_keep: list[int]) -> None:
+        await self._run(self._engine(model.name).rollback, steps_to_keep)
+
+    async def train(
+        self,
+        model: art.TrainableModel,
+        trajectory_groups: Iterable[art.TrajectoryGroup],
+        *,
+        learning_rate: float = 3e-4,
+        kl_penalty_coef: float = 0.0,
+        epsilon: float = 0.2,
+        scale_rewards: bool = True,
+        minibatches: int = 1,
+    ) -> TrainResult:
+        """One GRPO step over the groups; groups without reward variance are skipped and counted."""
+        engine = self._engine(model.name)
+        sequences: list[TokenSequence] = []
+        groups = list(trajectory_groups)
+        zero_variance = 0
+        for group in groups:
+            advantages = group_advantages((t.reward for t in group.trajectories), scale=scale_rewards)
+            if advantages is None:
+                zero_variance += 1
+                continue
+            for trajectory, advantage in zip(group.trajectories, advantages):
+                seq = tokenize_trajectory(trajectory.messages_and_choices, train_on_messages=False)
+                seq.advantage = advantage
+                sequences.append(seq)
+        grpo = GRPOConfig(epsilon=epsilon, kl_penalty_coef=kl_penalty_coef)
+        metrics = await self._run(
+            engine.grpo_step, sequences, learning_rate=learning_rate, grpo=grpo, minibatches=minibatches
+        )
+        metrics.update(
+            {
+                "trainable_groups": float(len(groups) - zero_variance),
+                "zero_variance_groups": float(zero_variance),
+                "learning_rate": learning_rate,
+            }
+        )
+        return TrainResult(step=engine.step, metrics=metrics)
+
+    async def _train_sft(
+        self,
+        model: art.TrainableModel,
+        trajectories: Iterable[art.Trajectory],
+        config: TrainSFTConfig,
+        dev_config: dev.TrainSFTConfig,
+        verbose: bool = False,
+    ) -> AsyncIterator[dict[str, float]]:
+        """Fine-tune on the trajectories' assistant turns, in order, one optimizer step per batch.
+
+        The result replaces the current checkpoint and becomes the KL reference. A run whose
+        start weights, data and schedule were seen before is loaded from the cache instead.
+        """
+        engine = self._engine(model.name)
+        sequences = [tokenize_trajectory(t.messages_and_choices, train_on_messages=True) for t in trajectories]
+        batch_size = DEFAULT_SFT_BATCH_SIZE if config.batch_size == "auto" else int(config.batch_size)
+        batches = [sequences[i : i + batch_size] for i in range(0, len(sequences), batch_size)]
+        rates = config.learning_rate if isinstance(config.learning_rate, list) else [config.learning_rate] * len(batches)
+        if len(rates) != len(batches):
+            raise ValueError(f"{len(rates)} learning rates given for {len(batches)} batches")
+        cached = self._cache_dir / "sft" / f"{await self._run(engine.sft_fingerprint, sequences, rates, batch_size)}.pt"
+        if cached.exists():
+            await self._run(engine.load_sft_result, cached)
+            yield {"cache_hit": 1.0, "batches": float(len(batches))}
+        else:
+            for batch, rate in zip(batches, rates):
+                yield await self._run(engine.sft_step, batch, rate)
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cached.with_suffix(".tmp")
+            torch.save(engine.policy.state_dict(), tmp)
+            tmp.replace(cached)
+        await self._run(engine.finish_sft)
+
+    async def close(self) -> None:
+        if self._server is not None and self._server_task is not None:
+            self._server.should_exit = True
+            await self._server_task
+        self._server = self._server_task = None
+        self._executor.shutdown(wait=True)
+
+    # -- serving ----------------------------------------------------------------------------
+
+    async def _ensure_server(self) -> None:
+        if self._server is not None:
+            return
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self._host, self._port))
+        app = build_app(self._generate, self._api_key)
+        self._server = _QuietServer(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
+        self._server_task = asyncio.create_task(self._server.serve(sockets=[sock]))
+        while not self._server.started:
+            if self._server_task.done():
+                await self._server_task  # surfaces the start-up error
+            await asyncio.sleep(0.01)
+        host, port = sock.getsockname()[:2]
+        self._base_url = f"http://{host}:{port}/v1"
+
+    @property
+    def base_url(self) -> str | None:
+        """Where the OpenAI-compatible server listens, once a model is prepared for training."""
+        return self._base_url
+
+    async def _generate(self, model: str, request: SamplingRequest) -> tuple[str, list[Sample]]:
+        name, _, step_text = model.partition("@")
+        engine = self._engines.get(name)
+        if engine is None:
+            raise ServingError(404, f"model {model!r} does not exist", "model_not_found")
+        step = None
+        if step_text:
+            if not step_text.isdigit() or int(step_text) not in engine.checkpoints.steps() and int(step_text) != engine.step:
+                raise ServingError(404, f"model {name!r} has no checkpoint for step {step_text!r}", "model_not_found")
+            step = int(step_text)
+        samples = await self._run(engine.generate, request, step)
+        return f"{name}@{engine.step if step is None else step}", samples
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _engine(self, name: str) -> PolicyEngine:
+        try:
+            return self._engines[name]
+        except KeyError:
+            raise ValueError(f"model {name!r} is not registered with this backend") from None
+
+    async def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, lambda: fn(*args, **kwargs))
+
+
+def cosine_schedule(peak: float, steps: int, *, warmup: int = 50, floor: float = 0.1) -> list[float]:
+    """Per-batch learning rates: linear warm-up, then cosine decay to ``floor * peak``."""
+    rates = []
+    for i in range(steps):
+        warm = min(1.0, (i + 1) / max(1, warmup))
+        decay = floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * i / max(1, steps)))
+        rates.append(peak * warm * decay)
+    return rates

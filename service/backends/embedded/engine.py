@@ -1,0 +1,156 @@
+"""The synchronous torch side of one embedded model: sample, fine-tune, take GRPO steps.
+
+The backend runs every method here on a single worker thread, so sampling never sees a
+half-applied update and results do not depend on request timing.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from service.backends.embedded.checkpoints import CheckpointStore
+from service.backends.embedded.objectives import GRPOConfig, grpo_loss, sft_loss
+from service.backends.embedded.policy import CharGPT, PolicyConfig
+from service.backends.embedded.sampler import Sample, SamplingRequest, sample
+from service.backends.embedded.sequences import TokenSequence, collate
+
+MAX_GRAD_NORM = 1.0
+
+
+class PolicyEngine:
+    """Live policy, optimizer and KL reference of one model, backed by its checkpoints."""
+
+    def __init__(self, model_dir: Path, config: PolicyConfig, *, seed: int) -> None:
+        self.checkpoints = CheckpointStore(model_dir)
+        self.config = config
+        latest = self.checkpoints.latest_step()
+        if latest is None:  # a fresh model: seeded random init, saved as step 0
+            torch.manual_seed(seed)
+            self.policy = CharGPT(config)
+            self.step = 0
+            self.optimizer: torch.optim.Optimizer | None = None
+            self.checkpoints.save(0, self.policy, None)
+        else:
+            self._restore(latest)
+        self.reference = self.checkpoints.load_reference()
+        if self.reference is None and 0 in self.checkpoints.steps():  # no warm start: anchor KL at step 0
+            self.reference = self.checkpoints.load_policy(0)
+        self._snapshots: dict[int, CharGPT] = {}
+
+    def _restore(self, step: int) -> None:
+        state = self.checkpoints.load(step)
+        saved = PolicyConfig(**state["config"])
+        if saved != self.config:
+            raise ValueError(f"checkpoint at step {step} has architecture {saved}, not {self.config}")
+        self.policy = CharGPT(saved)
+        self.policy.load_state_dict(state["policy"])
+        self.step = step
+        self.optimizer = None
+        if state["optimizer"] is not None:
+            self.optimizer = self._new_optimizer(1e-3)
+            self.optimizer.load_state_dict(state["optimizer"])
+
+    def _new_optimizer(self, learning_rate: float) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.policy.parameters(), lr=learning_rate, betas=(0.9, 0.99), weight_decay=0.0)
+
+    def rollback(self, steps_to_keep: Sequence[int]) -> None:
+        """Delete other checkpoints; if the live step was deleted, go back to the newest kept."""
+        self.checkpoints.delete_except(list(steps_to_keep))
+        self._snapshots.clear()
+        latest = self.checkpoints.latest_step()
+        if latest is None:
+            raise ValueError("refusing to delete every checkpoint of a model")
+        if latest != self.step:
+            self._restore(latest)
+
+    # -- inference --------------------------------------------------------------------------
+
+    def policy_at(self, step: int | None) -> CharGPT:
+        if step is None or step == self.step:
+            return self.policy
+        if step not in self._snapshots:
+            self._snapshots = {step: self.checkpoints.load_policy(step)}  # keep one old step warm
+        return self._snapshots[step]
+
+    def generate(self, request: SamplingRequest, step: int | None = None) -> list[Sample]:
+        policy = self.policy_at(step)
+        was_training = policy.training
+        policy.eval()
+        try:
+            return sample(policy, request)
+        finally:
+            policy.train(was_training)
+
+    # -- supervised warm start --------------------------------------------------------------
+
+    def sft_fingerprint(self, sequences: Sequence[TokenSequence], learning_rates: Sequence[float], batch_size: int) -> str:
+        """Identity of a fine-tuning run: same start weights, data and schedule give the same result."""
+        h = hashlib.sha256()
+        for tensor in self.policy.state_dict().values():
+            h.update(tensor.numpy().tobytes())
+        h.update(repr((batch_size, [round(lr, 12) for lr in learning_rates])).encode())
+        for seq in sequences:
+            h.update(repr((seq.ids, seq.trainable)).encode())
+        return h.hexdigest()
+
+    def sft_step(self, batch: Sequence[TokenSequence], learning_rate: float) -> dict[str, float]:
+        if self.optimizer is None:
+            self.optimizer = self._new_optimizer(learning_rate)
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate
+        self.policy.train()
+        loss, metrics = sft_loss(self.policy, collate(list(batch), self.config.block_size))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), MAX_GRAD_NORM)
+        self.optimizer.step()
+        return {**metrics, "grad_norm": float(grad_norm), "learning_rate": learning_rate}
+
+    def finish_sft(self) -> None:
+        """Make the fine-tuned weights the current checkpoint and the KL reference; RL starts a fresh optimizer."""
+        self.optimizer = None
+        self.policy.eval()
+        self.checkpoints.save(self.step, self.policy, None)
+        self.reference = copy.deepcopy(self.policy)
+        self.checkpoints.save_reference(self.reference)
+
+    def load_sft_result(self, path: Path) -> None:
+        self.policy.load_state_dict(torch.load(path, weights_only=True))
+
+    # -- reinforcement learning -------------------------------------------------------------
+
+    def grpo_step(
+        self, sequences: Sequence[TokenSequence], *, learning_rate: float, grpo: GRPOConfig, minibatches: int
+    ) -> dict[str, float]:
+        """One GRPO update over ``sequences`` (advantages already set), then checkpoint step + 1."""
+        metrics: dict[str, float] = {}
+        if sequences:
+            if self.optimizer is None:
+                self.optimizer = self._new_optimizer(learning_rate)
+            for group in self.optimizer.param_groups:
+                group["lr"] = learning_rate
+            self.policy.train()
+            per_batch: list[dict[str, float]] = []
+            size = math.ceil(len(sequences) / max(1, minibatches))
+            for start in range(0, len(sequences), size):
+                loss, batch_metrics = grpo_loss(
+                    self.policy, self.reference, collate(list(sequences[start : start + size]), self.config.block_size), grpo
+                )
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                batch_metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), MAX_GRAD_NORM))
+                self.optimizer.step()
+                per_batch.append(batch_metrics)
+            metrics = {key: sum(m[key] for m in per_batch) / len(per_batch) for key in per_batch[0]}
+            metrics["trainable_tokens"] = sum(m["trainable_tokens"] for m in per_batch)
+            self.policy.eval()
+        self.step += 1
+        self.checkpoints.save(self.step, self.policy, self.optimizer)
+        self._snapshots.clear()
+        return metrics

@@ -1,0 +1,124 @@
+"""An OpenAI-compatible ``/v1/chat/completions`` endpoint in front of the embedded policies.
+
+Supports ``n``, ``temperature``, ``max_tokens`` (or ``max_completion_tokens``), ``stop``, ``seed``,
+``logprobs`` and ``top_logprobs``. Models are addressed as ``name`` (latest step) or
+``name@step``. Errors use OpenAI's error envelope so OpenAI clients raise their usual exceptions.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.backends.embedded.sampler import Sample, SamplingRequest
+from service.backends.embedded.tokenizer import decode_token, render_prompt
+
+DEFAULT_MAX_TOKENS = 16
+
+
+class ChatCompletionRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")  # other OpenAI parameters are accepted and ignored
+
+    model: str
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    n: int = Field(1, ge=1, le=128)
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+
+class ServingError(Exception):
+    """An error answered to the client with an HTTP status and OpenAI's error envelope."""
+
+    def __init__(self, status: int, message: str, code: str) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code = status, message, code
+
+
+Generate = Callable[[str, SamplingRequest], Awaitable[tuple[str, list[Sample]]]]
+
+
+def _error(status: int, message: str, code: str) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": {"message": message, "type": "invalid_request_error", "code": code}})
+
+
+def _logprob_entry(token_id: int, logprob: float, top: list[tuple[int, float]] | None) -> dict[str, Any]:
+    text = decode_token(token_id)
+    entry: dict[str, Any] = {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+    entry["top_logprobs"] = [
+        {"token": decode_token(t), "logprob": lp, "bytes": list(decode_token(t).encode())} for t, lp in (top or [])
+    ]
+    return entry
+
+
+def _choice(index: int, s: Sample, request: ChatCompletionRequest) -> dict[str, Any]:
+    logprobs = None
+    if request.logprobs:
+        tops = s.top_logprobs if request.top_logprobs else [None] * len(s.token_ids)
+        logprobs = {"content": [_logprob_entry(t, lp, top) for t, lp, top in zip(s.token_ids, s.logprobs, tops)]}
+    return {
+        "index": index,
+        "message": {"role": "assistant", "content": s.text},
+        "finish_reason": s.finish_reason,
+        "stop_reason": s.stop_reason,  # as vLLM reports it: the stop string, or None for end of turn
+        "logprobs": logprobs,
+    }
+
+
+def build_app(generate: Generate, api_key: str) -> FastAPI:
+    """The ASGI app; ``generate(model, request)`` returns the resolved model name and samples."""
+    app = FastAPI(title="artsvc embedded policy server", docs_url=None, redoc_url=None)
+
+    @app.exception_handler(ServingError)
+    async def _serving_error(_: Request, exc: ServingError) -> JSONResponse:
+        return _error(exc.status, exc.message, exc.code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        return _error(400, f"invalid request: {where}: {first.get('msg', 'invalid')}", "invalid_request")
+
+    def check_key(authorization: Annotated[str | None, Header()] = None) -> None:
+        if not authorization or not secrets.compare_digest(authorization, f"Bearer {api_key}"):
+            raise ServingError(401, "missing or wrong API key", "invalid_api_key")
+
+    @app.post("/v1/chat/completions", dependencies=[Depends(check_key)])
+    async def chat_completions(request: ChatCompletionRequest) -> dict[str, Any]:
+        stop = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
+        sampling = SamplingRequest(
+            prompt_ids=render_prompt(request.messages),
+            n=request.n,
+            temperature=request.temperature,
+            max_tokens=request.max_completion_tokens or request.max_tokens or DEFAULT_MAX_TOKENS,
+            stop=stop,
+            seed=request.seed,
+            top_logprobs=request.top_logprobs or 0,
+        )
+        model_name, samples = await generate(request.model, sampling)
+        completion_tokens = sum(len(s.token_ids) + (s.finish_reason == "stop") for s in samples)
+        return {
+            "id": f"chatcmpl-{secrets.token_hex(12)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model_name,
+            "choices": [_choice(i, s, request) for i, s in enumerate(samples)],
+            "usage": {
+                "prompt_tokens": len(sampling.prompt_ids),
+                "completion_tokens": completion_tokens,
+                "total_tokens": len(sampling.prompt_ids) + completion_tokens,
+            },
+        }
+
+    return app

@@ -1,0 +1,54 @@
+"""Character tokenizer and chat template of the embedded policy.
+
+One token per printable ASCII character, plus a few special tokens that frame chat turns.
+A conversation renders as ``<role> content <eot>`` per message, and a generation prompt ends
+with ``<assistant>``. Characters outside the vocabulary become ``<unk>`` on the prompt side;
+the policy can only *emit* ASCII characters and ``<eot>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+PAD, EOT, SYSTEM, USER, ASSISTANT, TOOL, UNK = range(7)
+SPECIAL_TOKENS = ("<pad>", "<eot>", "<system>", "<user>", "<assistant>", "<tool>", "<unk>")
+CHARS = "\n\t" + "".join(chr(c) for c in range(32, 127))
+VOCAB_SIZE = len(SPECIAL_TOKENS) + len(CHARS)
+ROLE_TOKENS = {"system": SYSTEM, "developer": SYSTEM, "user": USER, "assistant": ASSISTANT, "tool": TOOL}
+
+_CHAR_TO_ID = {ch: i + len(SPECIAL_TOKENS) for i, ch in enumerate(CHARS)}
+_ID_TO_CHAR = {i: ch for ch, i in _CHAR_TO_ID.items()}
+EMITTABLE_IDS = (EOT, *sorted(_ID_TO_CHAR))
+
+
+def encode_text(text: str) -> list[int]:
+    """Token ids of ``text``; unknown characters map to ``<unk>``."""
+    return [_CHAR_TO_ID.get(ch, UNK) for ch in text]
+
+
+def decode_token(token_id: int) -> str:
+    """The text of one token ('' for special tokens)."""
+    return _ID_TO_CHAR.get(token_id, "")
+
+
+def decode(ids: Iterable[int]) -> str:
+    return "".join(_ID_TO_CHAR.get(i, "") for i in ids)
+
+
+def render_message(message: Mapping[str, Any]) -> list[int]:
+    """Tokens of one finished chat message: role token, content, end of turn."""
+    role = ROLE_TOKENS.get(str(message.get("role", "user")), USER)
+    content = message.get("content") or ""
+    if not isinstance(content, str):  # OpenAI content parts: keep the text parts
+        content = "".join(part.get("text", "") for part in content if isinstance(part, Mapping))
+    return [role, *encode_text(content), EOT]
+
+
+def render_prompt(messages: Iterable[Mapping[str, Any]]) -> list[int]:
+    """Tokens of a conversation followed by the assistant generation prompt."""
+    ids: list[int] = []
+    for message in messages:
+        ids.extend(render_message(message))
+    ids.append(ASSISTANT)
+    return ids

@@ -1,0 +1,204 @@
+"""``artsvc``: the command line of the service."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+os.environ.setdefault("TQDM_DISABLE", "1")  # ART's gather bars would fight the rich progress display
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from sqlmodel import Session
+
+import environments
+from service.backends import BackendUnavailableError
+from service.settings import Settings, get_settings
+from service.spec import JobSpec
+from service.store import db as store_db
+from service.store import runs
+from service.store.tables import Job, JobStatus
+
+app = typer.Typer(help="Train agents with reinforcement learning through OpenPipe ART.", no_args_is_help=True)
+db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+console = Console(stderr=True)
+
+JOB_FIELDS = (
+    "id", "status", "environment", "step", "step0_val_accuracy", "best_val_accuracy", "best_step",
+    "stop_reason", "error", "created_at", "started_at", "finished_at",
+)  # fmt: skip
+
+
+def fail(message: str) -> typer.Exit:
+    console.print(f"[red]error:[/red] {message}")
+    return typer.Exit(code=2)
+
+
+def job_summary(job: Job, *, database_url: str) -> dict[str, Any]:
+    """A job as DESIGN.md names its fields, plus where it is stored and how long it took."""
+    data = job.model_dump(mode="json", include=set(JOB_FIELDS))
+    summary = {field: data.get(field) for field in JOB_FIELDS}
+    if job.started_at and job.finished_at:
+        summary["wall_time_s"] = round((job.finished_at - job.started_at).total_seconds(), 1)
+    summary["database_url"] = database_url
+    return summary
+
+
+class TrainingDisplay:
+    """Live progress of a training run on the terminal (stderr)."""
+
+    def __init__(self, spec: JobSpec) -> None:
+        self.spec = spec
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(), console=console, transient=False,
+        )  # fmt: skip
+        self.warm = self.progress.add_task("warm start", total=None, info="", visible=False)
+        self.train = self.progress.add_task("training", total=spec.training.max_steps, info="")
+        self.last_val = "val -"
+
+    def __call__(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "warm_start":
+            loss = f"loss {data['loss']:.3f}" if data.get("loss") is not None else "cached"
+            self.progress.update(self.warm, total=data["batches"], completed=data["batch"], info=loss, visible=True)
+        elif kind == "step":
+            info = f"reward {data['reward_mean']:.3f}  {self.last_val}"
+            self.progress.update(self.train, completed=data["step"], info=info)
+        elif kind == "validation":
+            self.last_val = f"val {data['accuracy']:.3f} (greedy {data['greedy_accuracy']:.3f}) @ {data['step']}"
+            self.progress.update(self.train, completed=data["step"], info=self.last_val)
+
+
+def _open_store(settings: Settings):
+    url = settings.resolved_database_url
+    try:
+        store_db.upgrade(url)
+        return store_db.make_engine(url)
+    except store_db.StoreError as exc:
+        raise fail(str(exc)) from None
+
+
+@app.command()
+def train(
+    env: Annotated[Optional[str], typer.Option("--env", help="Environment to train on.")] = None,
+    max_steps: Annotated[Optional[int], typer.Option(help="Training steps at most.")] = None,
+    patience: Annotated[Optional[int], typer.Option(help="Evaluations without gain before stopping.")] = None,
+    min_delta: Annotated[Optional[float], typer.Option(help="Smallest accuracy gain that counts.")] = None,
+    target_accuracy: Annotated[Optional[float], typer.Option(help="Stop once validation reaches this.")] = None,
+    every_n_steps: Annotated[Optional[int], typer.Option(help="Validate every this many steps.")] = None,
+    groups_per_step: Annotated[Optional[int], typer.Option(help="Scenarios per step.")] = None,
+    group_size: Annotated[Optional[int], typer.Option(help="Rollouts per scenario.")] = None,
+    learning_rate: Annotated[Optional[float], typer.Option(help="RL learning rate.")] = None,
+    val_examples: Annotated[Optional[int], typer.Option(help="Validation examples per evaluation.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of everything random in the run.")] = 0,
+    spec_file: Annotated[Optional[Path], typer.Option("--spec", help="A JobSpec JSON file; flags override it.")] = None,
+    resume: Annotated[Optional[str], typer.Option(help="Resume an interrupted job by id.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on the last line.")] = False,
+) -> None:
+    """Train a policy on an environment and stop on validation plateau, target or max steps."""
+    from service.training.loop import run_job  # imports torch and ART: keep `artsvc --help` fast
+
+    settings = get_settings()
+    engine = _open_store(settings)
+    with Session(engine, expire_on_commit=False) as session:
+        if resume:
+            job = runs.get_job(session, job_id=resume)
+            if job is None:
+                raise fail(f"no job {resume!r} in {settings.resolved_database_url}")
+            if job.status in (JobStatus.succeeded, JobStatus.cancelled):
+                raise fail(f"job {resume} already ended ({job.status.value}); nothing to resume")
+        else:
+            spec = _build_spec(spec_file, env, seed, locals())
+            job = runs.create_job(session, spec=spec)
+            session.commit()
+    spec = JobSpec.model_validate(job.spec)
+    console.print(f"job [bold]{job.id}[/bold]: {spec.environment} on the {spec.model.backend} backend")
+    display = TrainingDisplay(spec)
+    started = time.monotonic()
+    try:
+        with display.progress:
+            job = asyncio.run(run_job(job.id, db=engine, data_dir=settings.data_dir, on_event=display))
+    except KeyboardInterrupt:
+        raise fail(f"interrupted; resume with: artsvc train --resume {job.id}") from None
+    except (BackendUnavailableError, store_db.StoreError) as exc:
+        raise fail(str(exc)) from None
+    except Exception as exc:  # the job row records it too
+        raise fail(f"job {job.id} failed: {type(exc).__name__}: {exc}") from None
+    summary = job_summary(job, database_url=settings.resolved_database_url)
+    summary.setdefault("wall_time_s", round(time.monotonic() - started, 1))
+    _print_summary(summary)
+    if as_json:
+        typer.echo(json.dumps(summary))
+
+
+def _build_spec(spec_file: Optional[Path], env: Optional[str], seed: int, flags: dict[str, Any]) -> JobSpec:
+    """The JobSpec from the spec file (if any) with command-line flags on top; clear errors."""
+    base: dict[str, Any] = {}
+    if spec_file is not None:
+        try:
+            base = json.loads(spec_file.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise fail(f"cannot read the spec file {spec_file}: {exc}") from None
+    if env is not None:
+        base["environment"] = env
+    if "environment" not in base:
+        raise fail("say which environment to train on: --env NAME")
+    if base["environment"] not in environments.available():
+        raise fail(f"unknown environment {base['environment']!r}; installed: {', '.join(sorted(environments.available()))}")
+    sections = {
+        "training": ("max_steps", "groups_per_step", "group_size", "learning_rate"),
+        "validation": ("patience", "min_delta", "target_accuracy", "every_n_steps"),
+    }
+    for section, names in sections.items():
+        for name in names:
+            if flags.get(name) is not None:
+                base.setdefault(section, {})[name] = flags[name]
+    if flags.get("val_examples") is not None:
+        base.setdefault("validation", {})["max_examples"] = flags["val_examples"]
+    base.setdefault("seed", seed)
+    try:
+        return JobSpec.model_validate(base)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise fail(f"invalid job spec: {problems}") from None
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    table = Table(title="training run", show_header=False)
+    rows = [
+        ("job", summary["id"]),
+        ("status", summary["status"]),
+        ("stop reason", summary["stop_reason"]),
+        ("step-0 val accuracy", summary["step0_val_accuracy"]),
+        ("best val accuracy", summary["best_val_accuracy"]),
+        ("best step", summary["best_step"]),
+        ("steps", summary["step"]),
+        ("wall time (s)", summary.get("wall_time_s")),
+        ("database", summary["database_url"]),
+    ]
+    for name, value in rows:
+        table.add_row(name, f"{value:.3f}" if isinstance(value, float) and name != "wall time (s)" else str(value))
+    console.print(table)
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Migrate the configured database to the newest schema."""
+    settings = get_settings()
+    try:
+        store_db.upgrade(settings.resolved_database_url)
+    except store_db.StoreError as exc:
+        raise fail(str(exc)) from None
+    console.print(f"database at {settings.resolved_database_url} is up to date")
+
+
+def main() -> None:
+    app()

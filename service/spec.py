@@ -1,0 +1,57 @@
+"""The JobSpec: what a client asks to train. Every section is optional with safe defaults,
+so ``{"environment": "math"}`` is a complete job."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.backends.embedded.policy import DEFAULT_BASE_MODEL
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Section):
+    name: str = Field("demo", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", description="Name of the trained model.")
+    base_model: str = Field(DEFAULT_BASE_MODEL, description="Base model (for the embedded backend, a named architecture).")
+    backend: Literal["embedded", "local", "serverless"] = "embedded"
+
+
+class RewardSpec(_Section):
+    mode: Literal["verifier", "ruler", "hybrid"] = "verifier"
+    judge_model: str | None = None
+    rubric: str | None = None
+
+
+class TrainingSpec(_Section):
+    groups_per_step: int = Field(8, gt=0, le=1024, description="Scenarios per training step.")
+    group_size: int = Field(8, ge=2, le=256, description="Rollouts per scenario; GRPO needs at least 2.")
+    learning_rate: float = Field(3e-4, gt=0, lt=1)
+    max_steps: int = Field(100, gt=0, le=100_000)
+    kl_penalty_coef: float = Field(0.0, ge=0)
+    temperature: float = Field(1.0, gt=0, le=2, description="Sampling temperature of training rollouts.")
+    warm_start_examples: int = Field(
+        64_000, ge=0, description="Demonstrations for the supervised warm start (0 skips it)."
+    )
+    warm_start_learning_rate: float = Field(1e-3, gt=0, lt=1)
+
+
+class ValidationSpec(_Section):
+    every_n_steps: int = Field(5, gt=0, description="Validate after every this many training steps.")
+    patience: int = Field(4, gt=0, description="Stop after this many evaluations without a gain of min_delta.")
+    min_delta: float = Field(0.01, ge=0, le=1)
+    target_accuracy: float | None = Field(None, gt=0, le=1)
+    max_examples: int = Field(200, gt=0, description="Validation examples per evaluation (the first N of the split).")
+    temperature: float = Field(1.0, ge=0, le=2, description="Sampling temperature of validation (0 = greedy).")
+
+
+class JobSpec(_Section):
+    environment: str
+    model: ModelSpec = ModelSpec()
+    reward: RewardSpec = RewardSpec()
+    training: TrainingSpec = TrainingSpec()
+    validation: ValidationSpec = ValidationSpec()
+    seed: int = 0

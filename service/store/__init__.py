@@ -1,0 +1,1 @@
+"""The SQL store: tables, engine and the data functions the training loop uses."""

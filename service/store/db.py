@@ -1,0 +1,75 @@
+"""Engine creation and schema migrations.
+
+SQLite gets WAL and a busy timeout so a reader never blocks the training loop; any other
+SQLAlchemy URL (PostgreSQL in production) is used as given. The schema is Alembic's alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import event
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import SQLAlchemyError
+from sqlmodel import create_engine
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used: unreachable, unwritable, or not migrated."""
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; for SQLite the file's folder is created (clear error if it can't be)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True)
+    if parsed.database and parsed.database != ":memory:":
+        folder = Path(parsed.database).expanduser().resolve().parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the database folder {folder}: {exc.strerror}") from None
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+    @event.listens_for(engine, "connect")
+    def _sqlite_pragmas(dbapi_connection, _record) -> None:  # noqa: ANN001
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    return engine
+
+
+def alembic_config(url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+def upgrade(url: str) -> None:
+    """Migrate the database at ``url`` to the newest schema (idempotent)."""
+    try:
+        command.upgrade(alembic_config(url), "head")
+    except SQLAlchemyError as exc:
+        raise StoreError(f"cannot migrate the database at {make_url(url).render_as_string()}: {exc.orig or exc}") from None
+
+
+def check_migrated(engine: Engine) -> None:
+    """Raise StoreError, saying what to run, unless the schema is at the newest revision."""
+    head = ScriptDirectory.from_config(alembic_config(str(engine.url))).get_current_head()
+    try:
+        with engine.connect() as connection:
+            current = MigrationContext.configure(connection).get_current_revision()
+    except SQLAlchemyError as exc:
+        raise StoreError(f"cannot reach the database: {exc.orig or exc}") from None
+    if current != head:
+        raise StoreError(f"the database is at schema revision {current or 'none'}, not {head}: run `artsvc db upgrade`")

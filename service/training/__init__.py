@@ -1,0 +1,1 @@
+"""The training loop: rollouts, rewards, ART backend steps, validation and stopping rules."""

@@ -1,0 +1,239 @@
+"""The training loop of one job, from warm start to a recorded stop.
+
+It drives any ART backend through the public protocol only (register, train_sft, train, log),
+records every step and validation point in the store, and decides when to stop from the
+validation series as recorded. It resumes: re-running a job continues after the last step that
+both the store and the checkpoints hold, with the same scenarios and seeds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import art
+from openai.types.chat.chat_completion import Choice
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+import environments
+from environments.base import Environment, Sampling
+from service.backends import make_backend
+from service.backends.embedded.backend import cosine_schedule
+from service.spec import JobSpec
+from service.store import runs
+from service.store.tables import Job, JobStatus, StopReason
+from service.training.seeding import batch_for_step, derive_seed
+from service.training.stopping import Decision, decide
+from service.training.validation import validate
+
+ProgressCallback = Callable[[str, dict[str, Any]], None]
+WARM_START_STATE_KEY = "artsvc_warm_start"
+ROLLOUT_FAILURE_TOLERANCE = 0.1  # fraction of a step's rollouts that may raise before the step fails
+
+
+@dataclass
+class _Run:
+    """What one execution of a job holds while it runs."""
+
+    job_id: str
+    spec: JobSpec
+    env: Environment
+    model: art.TrainableModel
+    backend: art.Backend
+    db: Engine
+    on_event: ProgressCallback
+
+    def session(self) -> Session:
+        return Session(self.db, expire_on_commit=False)
+
+
+def _completion_chars(trajectory: art.Trajectory) -> int:
+    return sum(len(item.message.content or "") for item in trajectory.messages_and_choices if isinstance(item, Choice))
+
+
+async def _warm_start(run: _Run) -> None:
+    """Supervised warm start on the environment's demonstrations, once per model."""
+    if (run.model.read_state() or {}).get(WARM_START_STATE_KEY) or run.spec.training.warm_start_examples == 0:
+        return
+    demos = run.env.demonstrations(seed=run.spec.seed, count=run.spec.training.warm_start_examples)
+    if not demos:
+        return
+    batches = -(-len(demos) // 64)
+    config = art.TrainSFTConfig(
+        learning_rate=cosine_schedule(run.spec.training.warm_start_learning_rate, batches), batch_size=64
+    )
+    started = time.monotonic()
+    done = 0
+    async for metrics in run.backend._train_sft(run.model, demos, config, {}, False):
+        done = batches if metrics.get("cache_hit") else done + 1
+        run.on_event("warm_start", {"batch": done, "batches": batches, "loss": metrics.get("loss")})
+    run.model.merge_state({WARM_START_STATE_KEY: {"examples": len(demos), "seconds": time.monotonic() - started}})
+
+
+async def _resume_point(run: _Run) -> int:
+    """The last step both the checkpoints and the store hold; newer work on either side is dropped."""
+    checkpoint_step = await run.model.get_step()
+    with run.session() as session:
+        job = runs.get_job(session, job_id=run.job_id)
+        recorded_step = runs.last_recorded_step(session, job_id=run.job_id)
+        step = min(checkpoint_step, recorded_step)
+        runs.discard_after(session, job=job, step=step)
+        session.commit()
+    if checkpoint_step > step:
+        await run.backend._delete_checkpoint_files(run.model, list(range(step + 1)))
+    return step
+
+
+async def _train_step(run: _Run, step: int) -> int:
+    spec = run.spec
+    scenarios = batch_for_step(run.env.scenarios("train"), seed=spec.seed, step=step, size=spec.training.groups_per_step)
+    started = time.monotonic()
+
+    def rollouts(scenario: dict) -> art.TrajectoryGroup:
+        return art.TrajectoryGroup(
+            run.env.rollout(
+                run.model,
+                scenario,
+                Sampling(temperature=spec.training.temperature, seed=derive_seed(spec.seed, "train", step, scenario["id"], i)),
+            )
+            for i in range(spec.training.group_size)
+        )
+
+    total = spec.training.groups_per_step * spec.training.group_size
+    groups = await art.gather_trajectory_groups(
+        (rollouts(s) for s in scenarios), pbar_desc=None, max_exceptions=int(total * ROLLOUT_FAILURE_TOLERANCE)
+    )
+    rollout_s = time.monotonic() - started
+    result = await run.backend.train(
+        run.model, groups, learning_rate=spec.training.learning_rate, kl_penalty_coef=spec.training.kl_penalty_coef
+    )
+    train_s = time.monotonic() - started - rollout_s
+    await run.model.log(groups, metrics=result.metrics, step=result.step, split="train")
+
+    trajectories = [t for g in groups for t in g.trajectories]
+    rewards = [t.reward for t in trajectories]
+    mean = sum(rewards) / len(rewards)
+    metrics = result.metrics
+    values = {
+        "reward_mean": mean,
+        "reward_std": (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5,
+        "groups": len(groups),
+        "zero_variance_groups": int(metrics.get("zero_variance_groups", 0)),
+        "loss": metrics.get("loss"),
+        "entropy": metrics.get("entropy"),
+        "kl": metrics.get("kl"),
+        "grad_norm": metrics.get("grad_norm"),
+        "clip_fraction": metrics.get("clip_fraction"),
+        "completion_length": sum(map(_completion_chars, trajectories)) / len(trajectories),
+        "wall_time_s": time.monotonic() - started,
+        "metrics": {
+            **{k: float(v) for k, v in metrics.items()},
+            "rollout_s": rollout_s,
+            "train_s": train_s,
+            "rollout_exceptions": float(sum(len(g.exceptions) for g in groups)),
+        },
+    }
+    with run.session() as session:
+        job = runs.get_job(session, job_id=run.job_id)
+        runs.record_step(session, job=job, step=result.step, values=values)
+        session.commit()
+    run.on_event("step", {"step": result.step, **{k: v for k, v in values.items() if k != "metrics"}})
+    return result.step
+
+
+async def _validate_and_decide(run: _Run, step: int) -> Decision:
+    spec = run.spec
+    with run.session() as session:
+        recorded = {p.step: p for p in runs.validation_points(session, job_id=run.job_id)}
+    if step not in recorded:
+        rows = run.env.scenarios("val")[: spec.validation.max_examples]
+        result = await validate(run.env, run.model, rows, seed=spec.seed, temperature=spec.validation.temperature)
+        await run.model.log(result.trajectories, split="val", step=step)
+        with run.session() as session:
+            recorded[step] = runs.record_validation(session, job=runs.get_job(session, job_id=run.job_id), step=step, values=result.row_values())
+            session.commit()
+        run.on_event("validation", {"step": step, **result.row_values()})
+    series = [(p.step, p.accuracy) for p in sorted(recorded.values(), key=lambda p: p.step)]
+    v = spec.validation
+    return decide(
+        series,
+        step=step,
+        max_steps=spec.training.max_steps,
+        patience=v.patience,
+        min_delta=v.min_delta,
+        target_accuracy=v.target_accuracy,
+    )
+
+
+def _finish(run: _Run, *, status: JobStatus, reason: StopReason, decision: Decision | None, error: str | None = None) -> Job:
+    with run.session() as session:
+        job = runs.get_job(session, job_id=run.job_id)
+        points = runs.validation_points(session, job_id=run.job_id)
+        step0 = next((p.accuracy for p in points if p.step == 0), None)
+        runs.finish_job(
+            session,
+            job=job,
+            status=status,
+            stop_reason=reason,
+            best_step=decision.best_step if decision else None,
+            best_val_accuracy=decision.best_accuracy if decision else None,
+            step0_val_accuracy=step0,
+            error=error,
+        )
+        session.commit()
+        session.refresh(job)
+        return job
+
+
+def model_for(job_id: str, spec: JobSpec, data_dir: Path) -> art.TrainableModel:
+    """The ART model a job trains: one per job, so concurrent jobs never share checkpoints."""
+    return art.TrainableModel(
+        name=f"{spec.model.name}-{job_id[:8]}",
+        project="artsvc",
+        base_model=spec.model.base_model,
+        base_path=str(data_dir / "art"),
+    )
+
+
+async def run_job(job_id: str, *, db: Engine, data_dir: Path, on_event: ProgressCallback | None = None) -> Job:
+    """Run (or resume) the job to a stop; the returned job row says how it ended.
+
+    Failures inside the run are recorded on the job (status failed, stop reason error) and
+    re-raised to the caller. An interruption (Ctrl-C, task cancellation) records nothing: the
+    job stays resumable from its last checkpointed step.
+    """
+    with Session(db, expire_on_commit=False) as session:
+        job = runs.get_job(session, job_id=job_id)
+        if job is None:
+            raise LookupError(f"no job {job_id!r} in the store")
+        spec = JobSpec.model_validate(job.spec)
+        runs.mark_running(session, job=job)
+        session.commit()
+    env = environments.load(spec.environment)
+    backend = make_backend(spec.model.backend, data_dir=data_dir, seed=spec.seed)
+    run = _Run(job_id, spec, env, model_for(job_id, spec, data_dir), backend, db, on_event or (lambda *_: None))
+    decision: Decision | None = None
+    try:
+        await run.model.register(backend)
+        await _warm_start(run)
+        step = await _resume_point(run)
+        decision = await _validate_and_decide(run, step) if step == 0 else await _validate_if_due(run, step)
+        while decision.stop_reason is None:
+            step = await _train_step(run, step + 1)
+            decision = await _validate_if_due(run, step)
+        return _finish(run, status=JobStatus.succeeded, reason=decision.stop_reason, decision=decision)
+    except Exception as exc:
+        _finish(run, status=JobStatus.failed, reason=StopReason.error, decision=decision, error=f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        await backend.close()
+
+
+async def _validate_if_due(run: _Run, step: int) -> Decision:
+    if step % run.spec.validation.every_n_steps == 0 or step >= run.spec.training.max_steps:
+        return await _validate_and_decide(run, step)
+    return Decision(None, None, None, 0)
