@@ -29,12 +29,14 @@ class RewardSpec(_Section):
 class TrainingSpec(_Section):
     groups_per_step: int = Field(8, gt=0, le=1024, description="Scenarios per training step.")
     group_size: int = Field(8, ge=2, le=256, description="Rollouts per scenario; GRPO needs at least 2.")
-    learning_rate: float = Field(3e-4, gt=0, lt=1)
+    learning_rate: float = Field(
+        1e-4, gt=0, lt=1, description="RL learning rate (Adam); 1e-4 suits the embedded policy, GPU LoRA runs often want less."
+    )
     max_steps: int = Field(100, gt=0, le=100_000)
     kl_penalty_coef: float = Field(0.0, ge=0)
     temperature: float = Field(1.0, gt=0, le=2, description="Sampling temperature of training rollouts.")
     warm_start_examples: int = Field(
-        64_000, ge=0, description="Demonstrations for the supervised warm start (0 skips it)."
+        51_200, ge=0, description="Demonstrations for the supervised warm start (0 skips it)."
     )
     warm_start_learning_rate: float = Field(1e-3, gt=0, lt=1)
 

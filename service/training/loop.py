@@ -169,19 +169,24 @@ async def _validate_and_decide(run: _Run, step: int) -> Decision:
     )
 
 
-def _finish(run: _Run, *, status: JobStatus, reason: StopReason, decision: Decision | None, error: str | None = None) -> Job:
-    with run.session() as session:
-        job = runs.get_job(session, job_id=run.job_id)
-        points = runs.validation_points(session, job_id=run.job_id)
-        step0 = next((p.accuracy for p in points if p.step == 0), None)
+def _finish(
+    db: Engine, job_id: str, *, status: JobStatus, reason: StopReason, decision: Decision | None, error: str | None = None
+) -> Job:
+    with Session(db, expire_on_commit=False) as session:
+        job = runs.get_job(session, job_id=job_id)
+        points = runs.validation_points(session, job_id=job_id)
+        best = decision if decision is not None and decision.best_step is not None else None
+        if best is None and points:  # a failed run still reports the best point it recorded
+            best_point = max(points, key=lambda p: (p.accuracy, -p.step))
+            best = Decision(None, best_point.step, best_point.accuracy, 0)
         runs.finish_job(
             session,
             job=job,
             status=status,
             stop_reason=reason,
-            best_step=decision.best_step if decision else None,
-            best_val_accuracy=decision.best_accuracy if decision else None,
-            step0_val_accuracy=step0,
+            best_step=best.best_step if best else None,
+            best_val_accuracy=best.best_accuracy if best else None,
+            step0_val_accuracy=next((p.accuracy for p in points if p.step == 0), None),
             error=error,
         )
         session.commit()
@@ -213,11 +218,11 @@ async def run_job(job_id: str, *, db: Engine, data_dir: Path, on_event: Progress
         spec = JobSpec.model_validate(job.spec)
         runs.mark_running(session, job=job)
         session.commit()
-    env = environments.load(spec.environment)
-    backend = make_backend(spec.model.backend, data_dir=data_dir, seed=spec.seed)
-    run = _Run(job_id, spec, env, model_for(job_id, spec, data_dir), backend, db, on_event or (lambda *_: None))
-    decision: Decision | None = None
+    backend: art.Backend | None = None
     try:
+        env = environments.load(spec.environment)
+        backend = make_backend(spec.model.backend, data_dir=data_dir, seed=spec.seed)
+        run = _Run(job_id, spec, env, model_for(job_id, spec, data_dir), backend, db, on_event or (lambda *_: None))
         await run.model.register(backend)
         await _warm_start(run)
         step = await _resume_point(run)
@@ -225,12 +230,13 @@ async def run_job(job_id: str, *, db: Engine, data_dir: Path, on_event: Progress
         while decision.stop_reason is None:
             step = await _train_step(run, step + 1)
             decision = await _validate_if_due(run, step)
-        return _finish(run, status=JobStatus.succeeded, reason=decision.stop_reason, decision=decision)
+        return _finish(db, job_id, status=JobStatus.succeeded, reason=decision.stop_reason, decision=decision)
     except Exception as exc:
-        _finish(run, status=JobStatus.failed, reason=StopReason.error, decision=decision, error=f"{type(exc).__name__}: {exc}")
+        _finish(db, job_id, status=JobStatus.failed, reason=StopReason.error, decision=None, error=f"{type(exc).__name__}: {exc}")
         raise
     finally:
-        await backend.close()
+        if backend is not None:
+            await backend.close()
 
 
 async def _validate_if_due(run: _Run, step: int) -> Decision:

@@ -155,6 +155,7 @@ class EmbeddedBackend:
             await self._run(engine.load_sft_result, cached)
             yield {"cache_hit": 1.0, "batches": float(len(batches))}
         else:
+            await self._run(engine.begin_sft)
             for batch, rate in zip(batches, rates):
                 yield await self._run(engine.sft_step, batch, rate)
             cached.parent.mkdir(parents=True, exist_ok=True)

@@ -53,11 +53,12 @@ class PolicyEngine:
         self.step = step
         self.optimizer = None
         if state["optimizer"] is not None:
-            self.optimizer = self._new_optimizer(1e-3)
+            self.optimizer = self._new_optimizer(1e-3, rl=True)  # only RL steps save optimizer state
             self.optimizer.load_state_dict(state["optimizer"])
 
-    def _new_optimizer(self, learning_rate: float) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(self.policy.parameters(), lr=learning_rate, betas=(0.9, 0.99), weight_decay=0.0)
+    def _new_optimizer(self, learning_rate: float, *, rl: bool) -> torch.optim.Optimizer:
+        params = self.policy.rl_parameters() if rl else self.policy.parameters()
+        return torch.optim.AdamW(params, lr=learning_rate, betas=(0.9, 0.99), weight_decay=0.0)
 
     def rollback(self, steps_to_keep: Sequence[int]) -> None:
         """Delete other checkpoints; if the live step was deleted, go back to the newest kept."""
@@ -99,9 +100,13 @@ class PolicyEngine:
             h.update(repr((seq.ids, seq.trainable)).encode())
         return h.hexdigest()
 
+    def begin_sft(self) -> None:
+        """Fine-tuning trains every weight with an optimizer of its own."""
+        self.optimizer = None
+
     def sft_step(self, batch: Sequence[TokenSequence], learning_rate: float) -> dict[str, float]:
         if self.optimizer is None:
-            self.optimizer = self._new_optimizer(learning_rate)
+            self.optimizer = self._new_optimizer(learning_rate, rl=False)
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
         self.policy.train()
@@ -132,7 +137,7 @@ class PolicyEngine:
         metrics: dict[str, float] = {}
         if sequences:
             if self.optimizer is None:
-                self.optimizer = self._new_optimizer(learning_rate)
+                self.optimizer = self._new_optimizer(learning_rate, rl=True)
             for group in self.optimizer.param_groups:
                 group["lr"] = learning_rate
             self.policy.train()
@@ -144,7 +149,7 @@ class PolicyEngine:
                 )
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                batch_metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), MAX_GRAD_NORM))
+                batch_metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.policy.rl_parameters(), MAX_GRAD_NORM))
                 self.optimizer.step()
                 per_batch.append(batch_metrics)
             metrics = {key: sum(m[key] for m in per_batch) / len(per_batch) for key in per_batch[0]}

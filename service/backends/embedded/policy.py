@@ -89,8 +89,9 @@ class CharGPT(nn.Module):
         self.wpe = nn.Embedding(config.block_size, config.n_embd)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.n_embd)
+        # Untied from wte (unlike GPT-2): RL then reshapes what the policy says without
+        # moving how it reads its prompt (see rl_parameters).
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        self.lm_head.weight = self.wte.weight  # weight tying, as in GPT-2
         self.apply(self._init_weights)
         for name, param in self.named_parameters():  # scaled init of residual projections
             if name.endswith("proj.weight") or name.endswith("mlp.2.weight"):
@@ -107,6 +108,16 @@ class CharGPT(nn.Module):
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def rl_parameters(self) -> list[nn.Parameter]:
+        """What RL updates: everything but the token and position embeddings.
+
+        RL gradients are few and noisy; on the embeddings they scramble how the policy reads
+        its prompt (a handful of GRPO steps took greedy accuracy from 99% to 70% in our runs).
+        Freezing them is the CPU analogue of LoRA leaving a large model's embeddings alone.
+        """
+        frozen = {id(self.wte.weight), id(self.wpe.weight)}
+        return [p for p in self.parameters() if id(p) not in frozen]
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

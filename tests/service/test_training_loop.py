@@ -1,0 +1,104 @@
+"""The training loop end to end on the embedded backend and a real SQLite store."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from sqlmodel import Session
+
+from service.spec import JobSpec
+from service.store import db as store_db
+from service.store import runs
+from service.store.tables import JobStatus, StopReason, TrainingStep
+from service.training.loop import run_job
+
+TINY_RUN = {
+    "environment": "math",
+    "model": {"base_model": "embedded/char-gpt-0.2m"},
+    "training": {"warm_start_examples": 0, "max_steps": 4, "groups_per_step": 2, "group_size": 4, "learning_rate": 1e-3},
+    "validation": {"every_n_steps": 2, "max_examples": 8},
+    "seed": 5,
+}
+
+
+class Crash(BaseException):
+    """Stands in for the process dying: not an Exception, so nothing records it."""
+
+
+def _new_store(root):
+    url = f"sqlite:///{root / 'store.db'}"
+    store_db.upgrade(url)
+    return store_db.make_engine(url)
+
+
+def _submit(engine, spec: dict) -> str:
+    with Session(engine) as session:
+        job = runs.create_job(session, spec=JobSpec.model_validate(spec))
+        session.commit()
+        return job.id
+
+
+def _history(engine, job_id):
+    with Session(engine) as session:
+        steps = [(s.step, s.reward_mean, s.loss, s.kl) for s in runs.steps(session, job_id=job_id)]
+        points = [(p.step, p.accuracy, p.greedy_accuracy, p.outcomes) for p in runs.validation_points(session, job_id=job_id)]
+        return steps, points
+
+
+def test_a_run_records_every_step_and_validation_point_and_stops(tmp_path):
+    engine = _new_store(tmp_path)
+    job_id = _submit(engine, TINY_RUN)
+    events = []
+    job = asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "data", on_event=lambda k, d: events.append((k, d))))
+    assert job.status is JobStatus.succeeded and job.stop_reason is StopReason.max_steps and job.step == 4
+    steps, points = _history(engine, job_id)
+    assert [s[0] for s in steps] == [1, 2, 3, 4]
+    assert [p[0] for p in points] == [0, 2, 4]
+    assert job.step0_val_accuracy == points[0][1]
+    assert job.best_val_accuracy == max(p[1] for p in points)
+    assert sum(points[0][3].values()) == 8  # every validation example has an outcome
+    assert [d["step"] for k, d in events if k == "step"] == [1, 2, 3, 4]
+    with Session(engine) as session:
+        row = session.get(TrainingStep, 1)
+        assert row.completion_length > 0 and row.wall_time_s > 0 and row.groups == 2
+        assert {"rollout_s", "train_s", "trainable_groups"} <= set(row.metrics)
+
+
+def test_resume_after_a_crash_continues_at_the_right_step_without_duplicates(tmp_path):
+    reference_store = _new_store(tmp_path / "reference")
+    reference_id = _submit(reference_store, TINY_RUN)
+    asyncio.run(run_job(reference_id, db=reference_store, data_dir=tmp_path / "reference" / "data"))
+    expected = _history(reference_store, reference_id)
+
+    engine = _new_store(tmp_path / "crashed")
+    job_id = _submit(engine, TINY_RUN)
+
+    def crash_after_step_3(kind, data):
+        if kind == "step" and data["step"] == 3:
+            raise Crash()
+
+    with pytest.raises(Crash):
+        asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "crashed" / "data", on_event=crash_after_step_3))
+    # the checkpoint of step 3 exists, but pretend the process died before its row was committed
+    with Session(engine) as session:
+        session.delete(next(s for s in runs.steps(session, job_id=job_id) if s.step == 3))
+        session.commit()
+        assert runs.get_job(session, job_id=job_id).status is JobStatus.running
+
+    job = asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "crashed" / "data"))
+    assert job.status is JobStatus.succeeded and job.step == 4
+    # same seed, same config: the interrupted run ends exactly where the uninterrupted one did
+    assert _history(engine, job_id) == expected
+
+
+def test_a_failing_run_is_recorded_as_failed_with_the_error(tmp_path):
+    engine = _new_store(tmp_path)
+    spec = {**TINY_RUN, "model": {"base_model": "embedded/char-gpt-0.2m", "backend": "serverless"}}
+    job_id = _submit(engine, spec)
+    with pytest.raises(Exception, match="WANDB_API_KEY"):
+        asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "data"))
+    with Session(engine) as session:
+        job = runs.get_job(session, job_id=job_id)
+        assert job.status is JobStatus.failed and job.stop_reason is StopReason.error
+        assert "WANDB_API_KEY" in job.error
