@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import art
@@ -18,6 +19,10 @@ def make_backend(name: str, *, data_dir: Path, seed: int) -> art.Backend:
     if name == "embedded":
         return EmbeddedBackend(path=data_dir / "models", cache_dir=data_dir / "cache", seed=seed)
     if name == "local":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise BackendUnavailableError("the local backend trains on a CUDA GPU and this machine has none")
         try:
             from art.local import LocalBackend
         except ImportError as exc:
@@ -26,8 +31,6 @@ def make_backend(name: str, *, data_dir: Path, seed: int) -> art.Backend:
             ) from None
         return LocalBackend(path=str(data_dir / "art-local"))
     if name == "serverless":
-        import os
-
         if not os.environ.get("WANDB_API_KEY"):
             raise BackendUnavailableError("the serverless backend needs WANDB_API_KEY in the environment")
         return art.ServerlessBackend()

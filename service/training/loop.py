@@ -145,11 +145,12 @@ async def _train_step(run: _Run, step: int) -> int:
     return result.step
 
 
-async def _validate_and_decide(run: _Run, step: int) -> Decision:
+async def _validate_and_decide(run: _Run, step: int, *, due: bool = True) -> Decision:
+    """Validate at ``step`` if due and not yet recorded, then decide from the recorded series."""
     spec = run.spec
     with run.session() as session:
         recorded = {p.step: p for p in runs.validation_points(session, job_id=run.job_id)}
-    if step not in recorded:
+    if due and step not in recorded:
         rows = run.env.scenarios("val")[: spec.validation.max_examples]
         result = await validate(run.env, run.model, rows, seed=spec.seed, temperature=spec.validation.temperature)
         await run.model.log(result.trajectories, split="val", step=step)
@@ -226,10 +227,11 @@ async def run_job(job_id: str, *, db: Engine, data_dir: Path, on_event: Progress
         await run.model.register(backend)
         await _warm_start(run)
         step = await _resume_point(run)
-        decision = await _validate_and_decide(run, step) if step == 0 else await _validate_if_due(run, step)
+        decision = await _validate_if_due(run, step)
         while decision.stop_reason is None:
             step = await _train_step(run, step + 1)
             decision = await _validate_if_due(run, step)
+            await _prune_checkpoints(run, step, decision.best_step)
         return _finish(db, job_id, status=JobStatus.succeeded, reason=decision.stop_reason, decision=decision)
     except Exception as exc:
         _finish(db, job_id, status=JobStatus.failed, reason=StopReason.error, decision=None, error=f"{type(exc).__name__}: {exc}")
@@ -239,7 +241,12 @@ async def run_job(job_id: str, *, db: Engine, data_dir: Path, on_event: Progress
             await backend.close()
 
 
+async def _prune_checkpoints(run: _Run, step: int, best_step: int | None) -> None:
+    """Keep the warm start, the best step, and the two newest (a resume may roll back one step)."""
+    keep = {0, step - 1, step} | ({best_step} if best_step is not None else set())
+    await run.backend._delete_checkpoint_files(run.model, sorted(keep))
+
+
 async def _validate_if_due(run: _Run, step: int) -> Decision:
-    if step % run.spec.validation.every_n_steps == 0 or step >= run.spec.training.max_steps:
-        return await _validate_and_decide(run, step)
-    return Decision(None, None, None, 0)
+    due = step % run.spec.validation.every_n_steps == 0 or step >= run.spec.training.max_steps
+    return await _validate_and_decide(run, step, due=due)

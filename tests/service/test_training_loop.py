@@ -102,3 +102,25 @@ def test_a_failing_run_is_recorded_as_failed_with_the_error(tmp_path):
         job = runs.get_job(session, job_id=job_id)
         assert job.status is JobStatus.failed and job.stop_reason is StopReason.error
         assert "WANDB_API_KEY" in job.error
+
+
+FORMAT_OUTCOMES = ("missing_prefix", "extra_whitespace", "not_single_line", "leading_zeros", "not_integer")
+
+
+def test_a_short_run_from_a_warm_start_learns(tmp_path):
+    """Warm start, then GRPO against the strict scorer: validation accuracy rises and format slips fall."""
+    spec = {
+        "environment": "math",
+        "training": {"warm_start_examples": 38_400, "max_steps": 10, "learning_rate": 1e-4},
+        "validation": {"every_n_steps": 5, "max_examples": 100},
+        "seed": 0,
+    }
+    engine = _new_store(tmp_path)
+    job_id = _submit(engine, spec)
+    job = asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "data"))
+    _, points = _history(engine, job_id)
+    step0, best = points[0], max(points, key=lambda p: p[1])
+    assert job.status is JobStatus.succeeded and job.step == 10
+    assert best[1] >= step0[1] + 0.05, points
+    assert sum(best[3].get(k, 0) for k in FORMAT_OUTCOMES) < sum(step0[3].get(k, 0) for k in FORMAT_OUTCOMES)
+    assert step0[2] > 0.5  # the warm start knows the arithmetic; sampling is what RL must fix

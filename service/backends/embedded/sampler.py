@@ -89,9 +89,11 @@ def sample(policy: CharGPT, request: SamplingRequest) -> list[Sample]:
             still_active.append(row)
         if not still_active or position + 1 >= block:
             break
-        keep = torch.tensor(still_active, dtype=torch.long)
-        active = [active[row] for row in still_active]
-        cache = [(k[keep], v[keep]) for k, v in cache]
-        logits, cache = policy(next_ids[keep][:, None], cache=cache, start_pos=position)
+        if len(still_active) < len(active):  # drop finished rows from the batch and its cache
+            keep = torch.tensor(still_active, dtype=torch.long)
+            active = [active[row] for row in still_active]
+            cache = [(k[keep], v[keep]) for k, v in cache]
+            next_ids = next_ids[keep]
+        logits, cache = policy(next_ids[:, None], cache=cache, start_pos=position)
         position += 1
     return samples
