@@ -1,9 +1,9 @@
 """The training loop of one job, from warm start to a recorded stop.
 
-It drives any ART backend through the public protocol only (register, train_sft, train, log),
-records every step and validation point in the store, and decides when to stop from the
-validation series as recorded. It resumes: re-running a job continues after the last step that
-both the store and the checkpoints hold, with the same scenarios and seeds.
+It drives any ART backend through ART's Backend protocol (register, _train_sft, train) and logs
+through ``model.log``. It records every step and validation point in the store and decides when
+to stop from the validation series as recorded. It resumes: re-running a job continues after the
+last step that both the store and the checkpoints hold, with the same scenarios and seeds.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from sqlmodel import Session
 import environments
 from environments.base import Environment, Sampling
 from service.backends import make_backend
-from service.backends.embedded.backend import cosine_schedule
 from service.spec import JobSpec
 from service.store import runs
 from service.store.tables import Job, JobStatus, StopReason
+from service.training.schedule import cosine_schedule
 from service.training.seeding import batch_for_step, derive_seed
 from service.training.stopping import Decision, decide
 from service.training.validation import validate

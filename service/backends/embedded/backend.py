@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import secrets
 import socket
 from collections.abc import AsyncIterator, Iterable
@@ -217,13 +216,3 @@ class EmbeddedBackend:
 
     async def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, lambda: fn(*args, **kwargs))
-
-
-def cosine_schedule(peak: float, steps: int, *, warmup: int = 50, floor: float = 0.1) -> list[float]:
-    """Per-batch learning rates: linear warm-up, then cosine decay to ``floor * peak``."""
-    rates = []
-    for i in range(steps):
-        warm = min(1.0, (i + 1) / max(1, warmup))
-        decay = floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * i / max(1, steps)))
-        rates.append(peak * warm * decay)
-    return rates
