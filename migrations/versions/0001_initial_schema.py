@@ -95,4 +95,7 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f('ix_jobs_status'))
 
     op.drop_table('jobs')
+    # PostgreSQL keeps enum types after their table is gone; drop them so upgrade works again.
+    sa.Enum(name='stopreason').drop(op.get_bind(), checkfirst=True)
+    sa.Enum(name='jobstatus').drop(op.get_bind(), checkfirst=True)
     # ### end Alembic commands ###

@@ -1,0 +1,100 @@
+"""The store's data functions and migrations on real databases: SQLite always, PostgreSQL when reachable."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from alembic import command
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlmodel import Session
+
+from service.spec import JobSpec
+from service.store import db as store_db
+from service.store import runs
+from service.store.tables import JobStatus, StopReason
+
+POSTGRES_SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432"
+
+
+def _postgres_url() -> str:
+    """A fresh database on the local PostgreSQL server, or a skip if there is none."""
+    try:
+        admin = create_engine(f"{POSTGRES_SERVER}/test", isolation_level="AUTOCOMMIT")
+        name = f"artsvc_test_{uuid.uuid4().hex[:10]}"
+        with admin.connect() as connection:
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+        admin.dispose()
+    except OperationalError as exc:
+        pytest.skip(f"no PostgreSQL at 127.0.0.1:5432: {exc.orig}")
+    return f"{POSTGRES_SERVER}/{name}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request, tmp_path):
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+        return
+    url = _postgres_url()
+    yield url
+    admin = create_engine(f"{POSTGRES_SERVER}/test", isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def test_unmigrated_database_is_refused_with_what_to_run(database_url):
+    engine = store_db.make_engine(database_url)
+    with pytest.raises(store_db.StoreError, match="artsvc db upgrade"):
+        store_db.check_migrated(engine)
+    store_db.upgrade(database_url)
+    store_db.check_migrated(engine)  # now at head
+    engine.dispose()
+
+
+def test_migrations_go_down_and_up_again(database_url):
+    store_db.upgrade(database_url)
+    command.downgrade(store_db.alembic_config(database_url), "base")
+    store_db.upgrade(database_url)
+    engine = store_db.make_engine(database_url)
+    store_db.check_migrated(engine)
+    engine.dispose()
+
+
+def test_a_run_is_recorded_step_by_step_and_trimmed_on_resume(database_url):
+    store_db.upgrade(database_url)
+    engine = store_db.make_engine(database_url)
+    with Session(engine, expire_on_commit=False) as session:
+        job = runs.create_job(session, spec=JobSpec(environment="math"))
+        runs.mark_running(session, job=job)
+        for step in (1, 2, 3):
+            values = {"reward_mean": step / 10, "reward_std": 0.1, "groups": 8, "zero_variance_groups": 1,
+                      "completion_length": 9.0, "wall_time_s": 1.0, "metrics": {"loss": 0.5}}  # fmt: skip
+            runs.record_step(session, job=job, step=step, values=values)
+        for step, accuracy in ((0, 0.5), (2, 0.6)):
+            values = {"accuracy": accuracy, "greedy_accuracy": 0.9, "examples": 200, "temperature": 1.0,
+                      "outcomes": {"correct": int(accuracy * 200)}, "wall_time_s": 2.0}  # fmt: skip
+            runs.record_validation(session, job=job, step=step, values=values)
+        session.commit()
+        assert runs.last_recorded_step(session, job_id=job.id) == 3 and job.step == 3
+
+        runs.discard_after(session, job=job, step=1)
+        session.commit()
+        assert [s.step for s in runs.steps(session, job_id=job.id)] == [1]
+        assert [p.step for p in runs.validation_points(session, job_id=job.id)] == [0]
+        assert runs.steps(session, job_id=job.id)[0].metrics == {"loss": 0.5}
+
+        runs.finish_job(session, job=job, status=JobStatus.succeeded, stop_reason=StopReason.plateau,
+                        best_step=0, best_val_accuracy=0.5, step0_val_accuracy=0.5)  # fmt: skip
+        session.commit()
+        stored = runs.get_job(session, job_id=job.id)
+        assert stored.status is JobStatus.succeeded and stored.stop_reason is StopReason.plateau
+        assert stored.finished_at is not None and stored.spec["environment"] == "math"
+
+        values = {"reward_mean": 0, "reward_std": 0, "groups": 8, "zero_variance_groups": 0,
+                  "completion_length": 9.0, "wall_time_s": 1.0}  # fmt: skip
+        runs.record_step(session, job=job, step=1, values=values)
+        with pytest.raises(IntegrityError):  # one row per step, enforced by the database
+            session.commit()
+    engine.dispose()
