@@ -96,7 +96,7 @@ class EmbeddedBackend:
         model: art.TrainableModel,
         trajectory_groups: Iterable[art.TrajectoryGroup],
         *,
-        learning_rate: float = 3e-4,
+        learning_rate: float = 1e-4,
         kl_penalty_coef: float = 0.0,
         epsilon: float = 0.2,
         scale_rewards: bool = True,
