@@ -7,11 +7,24 @@ from enum import Enum
 from typing import Any
 
 from sqlalchemy import JSON, Column, DateTime, UniqueConstraint
+from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
+
+
+class UTCDateTime(TypeDecorator):
+    """Timezone-aware UTC datetimes on every database (SQLite stores them without the zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:  # noqa: ANN001
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value
 
 
 class JobStatus(str, Enum):
@@ -44,9 +57,9 @@ class Job(SQLModel, table=True):
     best_step: int | None = None
     stop_reason: StopReason | None = None
     error: str | None = None
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
-    started_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True)))
-    finished_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True)))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
+    started_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime()))
+    finished_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime()))
 
 
 class TrainingStep(SQLModel, table=True):
@@ -70,7 +83,7 @@ class TrainingStep(SQLModel, table=True):
     completion_length: float
     wall_time_s: float
     metrics: dict[str, float] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
 
 
 class ValidationPoint(SQLModel, table=True):
@@ -88,4 +101,4 @@ class ValidationPoint(SQLModel, table=True):
     temperature: float
     outcomes: dict[str, int] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     wall_time_s: float
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))

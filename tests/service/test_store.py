@@ -91,6 +91,10 @@ def test_a_run_is_recorded_step_by_step_and_trimmed_on_resume(database_url):
         stored = runs.get_job(session, job_id=job.id)
         assert stored.status is JobStatus.succeeded and stored.stop_reason is StopReason.plateau
         assert stored.finished_at is not None and stored.spec["environment"] == "math"
+        with Session(engine) as fresh:  # read back from the database, not the session's memory
+            reloaded = runs.get_job(fresh, job_id=job.id)
+            assert reloaded.created_at.utcoffset().total_seconds() == 0  # aware UTC, SQLite included
+            assert reloaded.finished_at >= reloaded.created_at
 
         values = {"reward_mean": 0, "reward_std": 0, "groups": 8, "zero_variance_groups": 0,
                   "completion_length": 9.0, "wall_time_s": 1.0}  # fmt: skip
