@@ -116,7 +116,13 @@ def train(
             if job.status in (JobStatus.succeeded, JobStatus.cancelled):
                 raise fail(f"job {resume} already ended ({job.status.value}); nothing to resume")
         else:
-            spec = _build_spec(spec_file, env, seed, locals())
+            flags = {
+                "training": {"max_steps": max_steps, "groups_per_step": groups_per_step,
+                             "group_size": group_size, "learning_rate": learning_rate},
+                "validation": {"patience": patience, "min_delta": min_delta, "target_accuracy": target_accuracy,
+                               "every_n_steps": every_n_steps, "max_examples": val_examples},
+            }  # fmt: skip
+            spec = _build_spec(spec_file, env, seed, flags)
             job = runs.create_job(session, spec=spec)
             session.commit()
     spec = JobSpec.model_validate(job.spec)
@@ -139,7 +145,9 @@ def train(
         typer.echo(json.dumps(summary))
 
 
-def _build_spec(spec_file: Optional[Path], env: Optional[str], seed: int, flags: dict[str, Any]) -> JobSpec:
+def _build_spec(
+    spec_file: Optional[Path], env: Optional[str], seed: int, flags: dict[str, dict[str, Any]]
+) -> JobSpec:
     """The JobSpec from the spec file (if any) with command-line flags on top; clear errors."""
     base: dict[str, Any] = {}
     if spec_file is not None:
@@ -153,16 +161,10 @@ def _build_spec(spec_file: Optional[Path], env: Optional[str], seed: int, flags:
         raise fail("say which environment to train on: --env NAME")
     if base["environment"] not in environments.available():
         raise fail(f"unknown environment {base['environment']!r}; installed: {', '.join(sorted(environments.available()))}")
-    sections = {
-        "training": ("max_steps", "groups_per_step", "group_size", "learning_rate"),
-        "validation": ("patience", "min_delta", "target_accuracy", "every_n_steps"),
-    }
-    for section, names in sections.items():
-        for name in names:
-            if flags.get(name) is not None:
-                base.setdefault(section, {})[name] = flags[name]
-    if flags.get("val_examples") is not None:
-        base.setdefault("validation", {})["max_examples"] = flags["val_examples"]
+    for section, values in flags.items():
+        for name, value in values.items():
+            if value is not None:
+                base.setdefault(section, {})[name] = value
     base.setdefault("seed", seed)
     try:
         return JobSpec.model_validate(base)
