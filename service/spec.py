@@ -50,10 +50,21 @@ class ValidationSpec(_Section):
     temperature: float = Field(1.0, ge=0, le=2, description="Sampling temperature of validation (0 = greedy).")
 
 
+class AlertSpec(_Section):
+    """Thresholds of the alert rules (service/alerts/rules.py) and whether divergence stops the job."""
+
+    stop_on_divergence: bool = Field(False, description="Stop the job (stop reason divergence) when reward hacking is signalled.")
+    divergence_window: int = Field(3, ge=2, le=50, description="Evaluations over which validation must fall while reward rises.")
+    kl_threshold: float = Field(0.5, gt=0, le=100, description="KL to the reference (nats) past which kl_spike fires.")
+    collapse_fraction: float = Field(0.75, gt=0, le=1, description="Share of zero-variance groups in a step that fires collapse.")
+    reward_jump: float = Field(0.2, gt=0, le=10, description="Rise of mean reward over one step, after a plateau, that fires reward_jump.")
+
+
 class JobSpec(_Section):
     environment: str
     model: ModelSpec = ModelSpec()
     reward: RewardSpec = RewardSpec()
     training: TrainingSpec = TrainingSpec()
     validation: ValidationSpec = ValidationSpec()
-    seed: int = 0
+    alerts: AlertSpec = AlertSpec()
+    seed: int = Field(0, ge=0, le=2**63 - 1)

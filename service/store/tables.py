@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from sqlalchemy import JSON, Column, DateTime, UniqueConstraint
+from sqlalchemy import JSON, Column, DateTime, Index, UniqueConstraint
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
@@ -44,13 +44,33 @@ class StopReason(str, Enum):
     error = "error"
 
 
+class Role(str, Enum):
+    client = "client"  # submits jobs, sees only its own
+    operator = "operator"  # sees and cancels every job, acknowledges alerts
+
+
+LOCAL_OWNER = "local"  # owner of jobs made by `artsvc train` and by the local single-user mode
+
+
 class Job(SQLModel, table=True):
     __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("owner_id", "idempotency_key", name="uq_jobs_owner_idempotency_key"),
+        Index("ix_jobs_owner_created", "owner_id", "created_at"),
+        Index("ix_jobs_status_created", "status", "created_at"),
+    )
 
     id: str = Field(primary_key=True, max_length=36)
     status: JobStatus = Field(default=JobStatus.queued, index=True)
     environment: str = Field(max_length=128)
     spec: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    owner_id: str = Field(default=LOCAL_OWNER, max_length=36, description="Id of the API token that submitted it.")
+    idempotency_key: str | None = Field(default=None, max_length=255)
+    request_hash: str | None = Field(default=None, max_length=64, description="sha256 of the submitted spec.")
+    cancel_requested: bool = False
+    worker_id: str | None = Field(default=None, max_length=64, description="The worker holding the lease.")
+    lease_expires_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime()))
+    attempts: int = Field(default=0, description="How many times a worker has claimed the job.")
     step: int = 0
     step0_val_accuracy: float | None = None
     best_val_accuracy: float | None = None
@@ -102,3 +122,88 @@ class ValidationPoint(SQLModel, table=True):
     outcomes: dict[str, int] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     wall_time_s: float
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
+
+
+class JobEvent(SQLModel, table=True):
+    """An append-only log of what happened to a job; ``id`` orders it and is the stream cursor."""
+
+    __tablename__ = "job_events"
+    __table_args__ = (Index("ix_job_events_job_id_id", "job_id", "id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: str = Field(foreign_key="jobs.id", max_length=36)
+    kind: str = Field(max_length=32, description="queued, started, resumed, cancel_requested, step, validation, alert, finished")
+    step: int | None = None
+    data: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
+
+
+class AlertState(str, Enum):
+    open = "open"
+    acknowledged = "acknowledged"
+
+
+class Alert(SQLModel, table=True):
+    """An alert rule that fired on a job's recorded series, once, with the numbers that fired it."""
+
+    __tablename__ = "alerts"
+    __table_args__ = (UniqueConstraint("job_id", "kind", "step"), Index("ix_alerts_state_created", "state", "created_at"))
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: str = Field(foreign_key="jobs.id", index=True, max_length=36)
+    kind: str = Field(max_length=32, description="plateau, divergence, reward_jump, collapse, kl_spike")
+    step: int
+    message: str
+    evidence: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    state: AlertState = Field(default=AlertState.open)
+    webhook_status: str | None = Field(default=None, max_length=16, description="pending, delivered or failed")
+    webhook_attempts: int = 0
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
+    acknowledged_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime()))
+    acknowledged_by: str | None = Field(default=None, max_length=36)
+
+
+class SampledTrajectory(SQLModel, table=True):
+    """A rollout kept for operators to read: the conversation, its reward and the scorer's details."""
+
+    __tablename__ = "trajectories"
+    __table_args__ = (Index("ix_trajectories_job_step", "job_id", "step"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: str = Field(foreign_key="jobs.id", max_length=36)
+    step: int
+    split: str = Field(max_length=8, description="train or val")
+    group_index: int
+    scenario_id: str | None = Field(default=None, max_length=128)
+    reward: float
+    messages: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    details: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
+
+
+class ApiToken(SQLModel, table=True):
+    """A bearer token; only its sha256 is stored."""
+
+    __tablename__ = "api_tokens"
+
+    id: str = Field(primary_key=True, max_length=36)
+    name: str = Field(max_length=128)
+    role: Role
+    token_hash: str = Field(max_length=64, unique=True)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
+    revoked_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime()))
+
+
+class WorkerRecord(SQLModel, table=True):
+    """A worker process, so /healthz can tell whether anything is picking up jobs."""
+
+    __tablename__ = "workers"
+
+    id: str = Field(primary_key=True, max_length=64)
+    hostname: str = Field(max_length=255)
+    pid: int
+    concurrency: int
+    running_jobs: int = 0
+    started_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
+    heartbeat_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
+    stopped_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime()))
