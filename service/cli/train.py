@@ -1,4 +1,4 @@
-"""``artsvc``: the command line of the service."""
+"""``artsvc train`` and ``artsvc db upgrade``: run a job in this process, migrate the store."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ import os
 import time
 from pathlib import Path
 from typing import Annotated, Any, Optional
-
-os.environ.setdefault("TQDM_DISABLE", "1")  # ART's gather bars would fight the rich progress display
 
 import typer
 from pydantic import ValidationError
@@ -26,20 +24,12 @@ from service.store import db as store_db
 from service.store import runs
 from service.store.tables import Job, JobStatus
 
-app = typer.Typer(help="Train agents with reinforcement learning through OpenPipe ART.", no_args_is_help=True)
-db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
-app.add_typer(db_app, name="db")
-console = Console(stderr=True)
+from service.cli.app import app, console, db_app, fail
 
 JOB_FIELDS = (
     "id", "status", "environment", "step", "step0_val_accuracy", "best_val_accuracy", "best_step",
     "stop_reason", "error", "created_at", "started_at", "finished_at",
 )  # fmt: skip
-
-
-def fail(message: str) -> typer.Exit:
-    console.print(f"[red]error:[/red] {message}")
-    return typer.Exit(code=2)
 
 
 def job_summary(job: Job, *, database_url: str) -> dict[str, Any]:
@@ -200,7 +190,3 @@ def db_upgrade() -> None:
     except store_db.StoreError as exc:
         raise fail(str(exc)) from None
     console.print(f"database at {settings.resolved_database_url} is up to date")
-
-
-def main() -> None:
-    app()

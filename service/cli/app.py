@@ -1,0 +1,21 @@
+"""The typer application every ``artsvc`` verb registers on, and the shared error exit."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TQDM_DISABLE", "1")  # ART's gather bars would fight the rich progress display
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(help="Train agents with reinforcement learning through OpenPipe ART.", no_args_is_help=True)
+db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+console = Console(stderr=True)
+
+
+def fail(message: str) -> typer.Exit:
+    """One red line on stderr and exit code 2: how every verb reports bad input."""
+    console.print(f"[red]error:[/red] {message}")
+    return typer.Exit(code=2)

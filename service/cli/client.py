@@ -1,0 +1,1 @@
+"""artsvc client verbs (being written)."""

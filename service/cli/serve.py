@@ -1,0 +1,1 @@
+"""artsvc serve verbs (being written)."""

@@ -1,0 +1,1 @@
+"""artsvc tokens verbs (being written)."""

@@ -1,0 +1,1 @@
+"""artsvc worker verbs (being written)."""
