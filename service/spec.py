@@ -11,19 +11,26 @@ from service.backends.embedded.policy import DEFAULT_BASE_MODEL
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)  # JSON types as given
 
 
 class ModelSpec(_Section):
     name: str = Field("demo", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", description="Name of the trained model.")
-    base_model: str = Field(DEFAULT_BASE_MODEL, description="Base model (for the embedded backend, a named architecture).")
+    base_model: str = Field(
+        DEFAULT_BASE_MODEL,
+        min_length=1,
+        max_length=256,
+        description="Base model (for the embedded backend, a named architecture).",
+    )
     backend: Literal["embedded", "local", "serverless"] = "embedded"
 
 
 class RewardSpec(_Section):
     mode: Literal["verifier", "ruler", "hybrid"] = "verifier"
-    judge_model: str | None = None
-    rubric: str | None = None
+    judge_model: str | None = Field(
+        None, min_length=1, max_length=256, description="litellm model of the RULER judge (ruler and hybrid modes)."
+    )
+    rubric: str | None = Field(None, min_length=1, max_length=20_000, description="Extra instructions for the judge.")
 
 
 class TrainingSpec(_Section):
@@ -33,20 +40,24 @@ class TrainingSpec(_Section):
         1e-4, gt=0, lt=1, description="RL learning rate (Adam); 1e-4 suits the embedded policy, GPU LoRA runs often want less."
     )
     max_steps: int = Field(100, gt=0, le=100_000)
-    kl_penalty_coef: float = Field(0.0, ge=0)
+    kl_penalty_coef: float = Field(0.0, ge=0, le=100, description="Weight of the KL penalty to the reference policy.")
     temperature: float = Field(1.0, gt=0, le=2, description="Sampling temperature of training rollouts.")
     warm_start_examples: int = Field(
-        51_200, ge=0, description="Demonstrations for the supervised warm start (0 skips it)."
+        51_200, ge=0, le=10_000_000, description="Demonstrations for the supervised warm start (0 skips it)."
     )
     warm_start_learning_rate: float = Field(1e-3, gt=0, lt=1)
 
 
 class ValidationSpec(_Section):
-    every_n_steps: int = Field(5, gt=0, description="Validate after every this many training steps.")
-    patience: int = Field(4, gt=0, description="Stop after this many evaluations without a gain of min_delta.")
+    every_n_steps: int = Field(5, gt=0, le=10_000, description="Validate after every this many training steps.")
+    patience: int = Field(
+        4, gt=0, le=1_000, description="Stop after this many evaluations without a gain of min_delta."
+    )
     min_delta: float = Field(0.01, ge=0, le=1)
     target_accuracy: float | None = Field(None, gt=0, le=1)
-    max_examples: int = Field(200, gt=0, description="Validation examples per evaluation (the first N of the split).")
+    max_examples: int = Field(
+        200, gt=0, le=100_000, description="Validation examples per evaluation (the first N of the split)."
+    )
     temperature: float = Field(1.0, ge=0, le=2, description="Sampling temperature of validation (0 = greedy).")
 
 
@@ -58,10 +69,15 @@ class AlertSpec(_Section):
     kl_threshold: float = Field(0.5, gt=0, le=100, description="KL to the reference (nats) past which kl_spike fires.")
     collapse_fraction: float = Field(0.75, gt=0, le=1, description="Share of zero-variance groups in a step that fires collapse.")
     reward_jump: float = Field(0.2, gt=0, le=10, description="Rise of mean reward over one step, after a plateau, that fires reward_jump.")
+    reward_plateau_steps: int = Field(
+        5, ge=2, le=1_000, description="Steps whose mean reward spans under reward_jump / 2 that count as a reward plateau."
+    )
 
 
 class JobSpec(_Section):
-    environment: str
+    environment: str = Field(
+        min_length=1, max_length=64, examples=["math"], description="An installed environment (GET /v1/environments)."
+    )
     model: ModelSpec = ModelSpec()
     reward: RewardSpec = RewardSpec()
     training: TrainingSpec = TrainingSpec()

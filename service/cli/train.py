@@ -94,7 +94,7 @@ def train(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on the last line.")] = False,
 ) -> None:
     """Train a policy on an environment and stop on validation plateau, target or max steps."""
-    from service.training.loop import run_job  # imports torch and ART: keep `artsvc --help` fast
+    from service.training.loop import JobHooks, run_job  # imports torch and ART: keep `artsvc --help` fast
 
     settings = get_settings()
     engine = _open_store(settings)
@@ -121,7 +121,8 @@ def train(
     started = time.monotonic()
     try:
         with display.progress:
-            job = asyncio.run(run_job(job.id, db=engine, data_dir=settings.data_dir, on_event=display))
+            hooks = JobHooks(on_event=display, trajectories_per_step=settings.trajectories_per_step)
+            job = asyncio.run(run_job(job.id, db=engine, data_dir=settings.data_dir, hooks=hooks))
     except KeyboardInterrupt:
         raise fail(f"interrupted; resume with: artsvc train --resume {job.id}") from None
     except (BackendUnavailableError, store_db.StoreError) as exc:

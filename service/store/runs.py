@@ -78,9 +78,13 @@ def record_validation(session: Session, *, job: Job, step: int, values: dict[str
     return row
 
 
-def record_trajectories(session: Session, *, job: Job, step: int, rows: list[dict[str, Any]]) -> None:
+def record_trajectories(session: Session, *, job: Job, step: int, split: str, rows: list[dict[str, Any]]) -> None:
     """Keep sampled rollouts of ``step`` (each a dict of SampledTrajectory's fields) for operators to read."""
-    session.add_all(SampledTrajectory(job_id=job.id, step=step, **row) for row in rows)
+    session.add_all(SampledTrajectory(job_id=job.id, step=step, split=split, **row) for row in rows)
+
+
+def has_alert(session: Session, *, job_id: str, kind: str) -> bool:
+    return session.exec(select(Alert.id).where(Alert.job_id == job_id, Alert.kind == kind).limit(1)).first() is not None
 
 
 def steps(session: Session, *, job_id: str) -> list[TrainingStep]:

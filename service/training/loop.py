@@ -9,8 +9,8 @@ last step that both the store and the checkpoints hold, with the same scenarios 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +21,11 @@ from sqlmodel import Session
 
 import environments
 from environments.base import Environment, Sampling
+from service.alerts import check_alerts
 from service.backends import make_backend
 from service.spec import JobSpec
 from service.store import runs
-from service.store.tables import Job, JobStatus, StopReason
+from service.store.tables import Alert, Job, JobStatus, StopReason
 from service.training.schedule import cosine_schedule
 from service.training.seeding import batch_for_step, derive_seed
 from service.training.stopping import Decision, decide
@@ -33,6 +34,24 @@ from service.training.validation import validate
 ProgressCallback = Callable[[str, dict[str, Any]], None]
 WARM_START_STATE_KEY = "artsvc_warm_start"
 ROLLOUT_FAILURE_TOLERANCE = 0.1  # fraction of a step's rollouts that may raise before the step fails
+
+
+def _ignore(*_: Any) -> None:
+    return None
+
+
+@dataclass
+class JobHooks:
+    """How the process running a job watches and steers it (the CLI shows progress, a worker holds a lease)."""
+
+    on_event: ProgressCallback = _ignore  # warm_start, step and validation progress, after each is stored
+    should_stop: Callable[[], bool] = lambda: False  # asked at every step boundary; True raises JobInterrupted
+    on_alert: Callable[[Sequence[Alert]], None] = _ignore  # alerts just committed (the worker posts them to a webhook)
+    trajectories_per_step: int = 8  # rollouts of each step kept in the store for operators to read
+
+
+class JobInterrupted(Exception):
+    """The process stopped the job at a step boundary (shutdown, lost lease); nothing was recorded, it can resume."""
 
 
 @dataclass
@@ -45,10 +64,33 @@ class _Run:
     model: art.TrainableModel
     backend: art.Backend
     db: Engine
-    on_event: ProgressCallback
+    hooks: JobHooks = field(default_factory=JobHooks)
 
     def session(self) -> Session:
         return Session(self.db, expire_on_commit=False)
+
+    def on_event(self, kind: str, data: dict[str, Any]) -> None:
+        self.hooks.on_event(kind, data)
+
+
+def _sampled(trajectories_by_group: Sequence[Sequence[art.Trajectory]], limit: int) -> list[dict[str, Any]]:
+    """The first ``limit`` rollouts, whole groups first, as rows an operator can read."""
+    rows: list[dict[str, Any]] = []
+    for group_index, trajectories in enumerate(trajectories_by_group):
+        for trajectory in trajectories:
+            if len(rows) >= limit:
+                return rows
+            scenario_id = trajectory.metadata.get("scenario_id")
+            rows.append(
+                {
+                    "group_index": group_index,
+                    "scenario_id": None if scenario_id is None else str(scenario_id),
+                    "reward": trajectory.reward,
+                    "messages": trajectory.messages(),
+                    "details": {"metadata": trajectory.metadata, "metrics": trajectory.metrics, "logs": trajectory.logs},
+                }
+            )
+    return rows
 
 
 def _completion_chars(trajectory: art.Trajectory) -> int:
@@ -140,9 +182,20 @@ async def _train_step(run: _Run, step: int) -> int:
     with run.session() as session:
         job = runs.get_job(session, job_id=run.job_id)
         runs.record_step(session, job=job, step=result.step, values=values)
+        sampled = _sampled([g.trajectories for g in groups], run.hooks.trajectories_per_step)
+        runs.record_trajectories(session, job=job, step=result.step, split="train", rows=sampled)
+        alerts = check_alerts(session, job=job, spec=run.spec)  # committed with the row that fired them
         session.commit()
     run.on_event("step", {"step": result.step, **{k: v for k, v in values.items() if k != "metrics"}})
+    _announce(run, alerts)
     return result.step
+
+
+def _announce(run: _Run, alerts: list[Alert]) -> None:
+    if alerts:
+        run.hooks.on_alert(alerts)
+        for alert in alerts:
+            run.on_event("alert", {"kind": alert.kind, "step": alert.step, "message": alert.message})
 
 
 async def _validate_and_decide(run: _Run, step: int, *, due: bool = True) -> Decision:
@@ -155,12 +208,17 @@ async def _validate_and_decide(run: _Run, step: int, *, due: bool = True) -> Dec
         result = await validate(run.env, run.model, rows, seed=spec.seed, temperature=spec.validation.temperature)
         await run.model.log(result.trajectories, split="val", step=step)
         with run.session() as session:
-            recorded[step] = runs.record_validation(session, job=runs.get_job(session, job_id=run.job_id), step=step, values=result.row_values())
+            job = runs.get_job(session, job_id=run.job_id)
+            recorded[step] = runs.record_validation(session, job=job, step=step, values=result.row_values())
+            sampled = _sampled([result.trajectories], run.hooks.trajectories_per_step)
+            runs.record_trajectories(session, job=job, step=step, split="val", rows=sampled)
+            alerts = check_alerts(session, job=job, spec=run.spec)  # committed with the row that fired them
             session.commit()
         run.on_event("validation", {"step": step, **result.row_values()})
+        _announce(run, alerts)
     series = [(p.step, p.accuracy) for p in sorted(recorded.values(), key=lambda p: p.step)]
     v = spec.validation
-    return decide(
+    decision = decide(
         series,
         step=step,
         max_steps=spec.training.max_steps,
@@ -168,6 +226,24 @@ async def _validate_and_decide(run: _Run, step: int, *, due: bool = True) -> Dec
         min_delta=v.min_delta,
         target_accuracy=v.target_accuracy,
     )
+    if decision.stop_reason is None and spec.alerts.stop_on_divergence and _diverged(run):
+        return replace(decision, stop_reason=StopReason.divergence)
+    return decision
+
+
+def _diverged(run: _Run) -> bool:
+    with run.session() as session:
+        return runs.has_alert(session, job_id=run.job_id, kind="divergence")
+
+
+def _control(run: _Run) -> StopReason | None:
+    """At a step boundary: cancelled (recorded as the stop), or interrupted by the process (not recorded)."""
+    with run.session() as session:
+        if runs.get_job(session, job_id=run.job_id).cancel_requested:
+            return StopReason.cancelled
+    if run.hooks.should_stop():
+        raise JobInterrupted(f"job {run.job_id} interrupted at a step boundary; it resumes from its last checkpoint")
+    return None
 
 
 def _finish(
@@ -205,13 +281,15 @@ def model_for(job_id: str, spec: JobSpec, data_dir: Path) -> art.TrainableModel:
     )
 
 
-async def run_job(job_id: str, *, db: Engine, data_dir: Path, on_event: ProgressCallback | None = None) -> Job:
+async def run_job(job_id: str, *, db: Engine, data_dir: Path, hooks: JobHooks | None = None) -> Job:
     """Run (or resume) the job to a stop; the returned job row says how it ended.
 
     Failures inside the run are recorded on the job (status failed, stop reason error) and
-    re-raised to the caller. An interruption (Ctrl-C, task cancellation) records nothing: the
-    job stays resumable from its last checkpointed step.
+    re-raised to the caller. An interruption (Ctrl-C, task cancellation, JobInterrupted from
+    ``hooks.should_stop``) records nothing: the job stays resumable from its last checkpointed
+    step. A cancel requested through the store stops it at the next step boundary as cancelled.
     """
+    hooks = hooks or JobHooks()
     with Session(db, expire_on_commit=False) as session:
         job = runs.get_job(session, job_id=job_id)
         if job is None:
@@ -223,16 +301,20 @@ async def run_job(job_id: str, *, db: Engine, data_dir: Path, on_event: Progress
     try:
         env = environments.load(spec.environment)
         backend = make_backend(spec.model.backend, data_dir=data_dir, seed=spec.seed)
-        run = _Run(job_id, spec, env, model_for(job_id, spec, data_dir), backend, db, on_event or (lambda *_: None))
+        run = _Run(job_id, spec, env, model_for(job_id, spec, data_dir), backend, db, hooks)
         await run.model.register(backend)
         await _warm_start(run)
         step = await _resume_point(run)
         decision = await _validate_if_due(run, step)
         while decision.stop_reason is None:
+            if (control := _control(run)) is not None:
+                return _finish(db, job_id, status=JobStatus.cancelled, reason=control, decision=decision)
             step = await _train_step(run, step + 1)
             decision = await _validate_if_due(run, step)
             await _prune_checkpoints(run, step, decision.best_step)
         return _finish(db, job_id, status=JobStatus.succeeded, reason=decision.stop_reason, decision=decision)
+    except JobInterrupted:
+        raise
     except Exception as exc:
         _finish(db, job_id, status=JobStatus.failed, reason=StopReason.error, decision=None, error=f"{type(exc).__name__}: {exc}")
         raise

@@ -2,46 +2,15 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from alembic import command
-from sqlalchemy import create_engine, text
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
 from service.spec import JobSpec
 from service.store import db as store_db
 from service.store import runs
 from service.store.tables import JobStatus, StopReason
-
-POSTGRES_SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432"
-
-
-def _postgres_url() -> str:
-    """A fresh database on the local PostgreSQL server, or a skip if there is none."""
-    try:
-        admin = create_engine(f"{POSTGRES_SERVER}/test", isolation_level="AUTOCOMMIT")
-        name = f"artsvc_test_{uuid.uuid4().hex[:10]}"
-        with admin.connect() as connection:
-            connection.execute(text(f'CREATE DATABASE "{name}"'))
-        admin.dispose()
-    except OperationalError as exc:
-        pytest.skip(f"no PostgreSQL at 127.0.0.1:5432: {exc.orig}")
-    return f"{POSTGRES_SERVER}/{name}"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request, tmp_path):
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
-        return
-    url = _postgres_url()
-    yield url
-    admin = create_engine(f"{POSTGRES_SERVER}/test", isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)'))
-    admin.dispose()
 
 
 def test_unmigrated_database_is_refused_with_what_to_run(database_url):

@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from sqlmodel import Session
+from sqlmodel import Session, select
 
+from environments.math import OUTCOMES
 from service.spec import JobSpec
 from service.store import db as store_db
 from service.store import runs
-from service.store.tables import JobStatus, StopReason, TrainingStep
-from service.training.loop import run_job
+from service.store.events import events_after
+from service.store.tables import JobStatus, SampledTrajectory, StopReason, TrainingStep
+from service.training.loop import JobHooks, JobInterrupted, run_job
 
 TINY_RUN = {
     "environment": "math",
@@ -50,7 +52,7 @@ def test_a_run_records_every_step_and_validation_point_and_stops(tmp_path):
     engine = _new_store(tmp_path)
     job_id = _submit(engine, TINY_RUN)
     events = []
-    job = asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "data", on_event=lambda k, d: events.append((k, d))))
+    job = asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "data", hooks=JobHooks(on_event=lambda k, d: events.append((k, d)))))
     assert job.status is JobStatus.succeeded and job.stop_reason is StopReason.max_steps and job.step == 4
     steps, points = _history(engine, job_id)
     assert [s[0] for s in steps] == [1, 2, 3, 4]
@@ -79,7 +81,7 @@ def test_resume_after_a_crash_continues_at_the_right_step_without_duplicates(tmp
             raise Crash()
 
     with pytest.raises(Crash):
-        asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "crashed" / "data", on_event=crash_after_step_3))
+        asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "crashed" / "data", hooks=JobHooks(on_event=crash_after_step_3)))
     # the checkpoint of step 3 exists, but pretend the process died before its row was committed
     with Session(engine) as session:
         session.delete(next(s for s in runs.steps(session, job_id=job_id) if s.step == 3))
@@ -124,3 +126,54 @@ def test_a_short_run_from_a_warm_start_learns(tmp_path):
     assert best[1] >= step0[1] + 0.05, points
     assert sum(best[3].get(k, 0) for k in FORMAT_OUTCOMES) < sum(step0[3].get(k, 0) for k in FORMAT_OUTCOMES)
     assert step0[2] > 0.5  # the warm start knows the arithmetic; sampling is what RL must fix
+
+
+def test_events_and_sampled_rollouts_are_stored_with_their_steps(tmp_path):
+    engine = _new_store(tmp_path)
+    job_id = _submit(engine, TINY_RUN)
+    asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "data", hooks=JobHooks(trajectories_per_step=3)))
+    with Session(engine) as session:
+        kinds = [(e.kind, e.step) for e in events_after(session, job_id=job_id)]
+        rollouts = session.exec(select(SampledTrajectory).where(SampledTrajectory.job_id == job_id)).all()
+    assert kinds[:2] == [("queued", None), ("started", None)]
+    assert [k for k in kinds if k[0] in ("step", "validation")] == [
+        ("validation", 0), ("step", 1), ("step", 2), ("validation", 2), ("step", 3), ("step", 4), ("validation", 4)
+    ]  # fmt: skip
+    assert kinds[-1] == ("finished", None)
+    train = [r for r in rollouts if r.split == "train"]
+    assert sorted({r.step for r in train}) == [1, 2, 3, 4] and len(train) == 4 * 3
+    first = next(r for r in train if r.step == 1)
+    assert first.messages[0]["role"] == "user" and first.messages[-1]["role"] == "assistant"
+    assert first.details["metadata"]["outcome"] in OUTCOMES and first.scenario_id
+    assert {r.step for r in rollouts if r.split == "val"} == {0, 2, 4}
+
+
+def test_a_cancel_request_stops_the_job_at_the_next_step_boundary(tmp_path):
+    engine = _new_store(tmp_path)
+    job_id = _submit(engine, TINY_RUN)
+
+    def cancel_after_step_2(kind, data):
+        if kind == "step" and data["step"] == 2:
+            with Session(engine) as session:
+                job = runs.get_job(session, job_id=job_id)
+                job.cancel_requested = True
+                session.add(job)
+                session.commit()
+
+    job = asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "data", hooks=JobHooks(on_event=cancel_after_step_2)))
+    assert job.status is JobStatus.cancelled and job.stop_reason is StopReason.cancelled
+    assert job.step == 2 and job.best_step is not None  # validation at step 2 ran before the boundary
+
+
+def test_should_stop_interrupts_without_recording_and_the_job_resumes(tmp_path):
+    engine = _new_store(tmp_path)
+    job_id = _submit(engine, TINY_RUN)
+    seen: list[int] = []
+    hooks = JobHooks(on_event=lambda k, d: seen.append(d["step"]) if k == "step" else None, should_stop=lambda: len(seen) >= 1)
+    with pytest.raises(JobInterrupted):
+        asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "data", hooks=hooks))
+    with Session(engine) as session:
+        job = runs.get_job(session, job_id=job_id)
+        assert job.status is JobStatus.running and job.finished_at is None and job.step == 1
+    job = asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "data"))
+    assert job.status is JobStatus.succeeded and [s[0] for s in _history(engine, job_id)[0]] == [1, 2, 3, 4]

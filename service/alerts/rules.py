@@ -1,0 +1,174 @@
+"""Alert rules: pure functions over a job's recorded series (no database, no I/O).
+
+Each rule looks at the whole series and says where its condition *becomes* true, so evaluating
+the same series again gives the same alerts and a condition that keeps holding fires once:
+
+- plateau: ``patience`` evaluations without a gain of ``min_delta`` (the stopping rule's own test,
+  ``service.training.stopping.decide``); fires once, at the first evaluation where it holds.
+- divergence: over the last ``divergence_window`` evaluations validation accuracy ends more than
+  ``min_delta`` below where the window started and never rises above that start, while the
+  least-squares slope of the mean training reward over the steps of that span is positive:
+  the reward-hacking signature.
+- reward_jump: mean reward rises by more than ``reward_jump`` over one step after
+  ``reward_plateau_steps`` steps whose mean rewards span less than ``reward_jump / 2``.
+- collapse: ``zero_variance_groups / groups >= collapse_fraction`` (no learning signal).
+- kl_spike: KL to the reference above ``kl_threshold``.
+
+A condition is judged from the rows up to its own step only, so rows recorded later never
+change an alert that was already given.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from service.spec import AlertSpec, ValidationSpec
+from service.store.tables import StopReason
+from service.training.stopping import decide
+
+KINDS = ("plateau", "divergence", "reward_jump", "collapse", "kl_spike")
+
+
+@dataclass(frozen=True)
+class StepPoint:
+    """The numbers of one training step the rules read."""
+
+    step: int
+    reward_mean: float
+    groups: int
+    zero_variance_groups: int
+    kl: float | None = None
+
+
+@dataclass(frozen=True)
+class ValPoint:
+    step: int
+    accuracy: float
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An alert a rule gives: what fired, where, and the exact numbers that fired it."""
+
+    kind: str
+    step: int
+    message: str
+    evidence: dict[str, Any]
+
+
+def evaluate(
+    steps: Sequence[StepPoint], points: Sequence[ValPoint], *, alerts: AlertSpec, validation: ValidationSpec
+) -> list[Candidate]:
+    """Every alert the series holds, ordered by step then kind; at most one per (kind, step)."""
+    steps = sorted(steps, key=lambda s: s.step)
+    points = sorted(points, key=lambda p: p.step)
+    found = [
+        *_plateau(points, validation),
+        *_divergence(steps, points, window=alerts.divergence_window, min_delta=validation.min_delta),
+        *_reward_jump(steps, jump=alerts.reward_jump, plateau_steps=alerts.reward_plateau_steps),
+        *_collapse(steps, fraction=alerts.collapse_fraction),
+        *_kl_spike(steps, threshold=alerts.kl_threshold),
+    ]
+    return sorted(found, key=lambda c: (c.step, KINDS.index(c.kind)))
+
+
+def _fire(kind: str, rows: Sequence[StepPoint] | Sequence[ValPoint], found: list[dict[str, Any] | None],
+          message: Callable[[dict[str, Any]], str]) -> list[Candidate]:  # fmt: skip
+    """A candidate at each row where the rule's evidence appears: present there, absent just before."""
+    return [
+        Candidate(kind, rows[i].step, message(evidence), evidence)
+        for i, evidence in enumerate(found)
+        if evidence is not None and (i == 0 or found[i - 1] is None)
+    ]
+
+
+def _plateau(points: Sequence[ValPoint], validation: ValidationSpec) -> list[Candidate]:
+    def at(n: int) -> dict[str, Any] | None:
+        d = decide([(p.step, p.accuracy) for p in points[:n]], step=points[n - 1].step, max_steps=sys.maxsize,
+                   patience=validation.patience, min_delta=validation.min_delta, target_accuracy=None)  # fmt: skip
+        if d.stop_reason is not StopReason.plateau:
+            return None
+        return {"evaluations_without_gain": d.evaluations_without_gain, "patience": validation.patience,
+                "min_delta": validation.min_delta, "best_step": d.best_step, "best_accuracy": d.best_accuracy,
+                "accuracy": points[n - 1].accuracy}  # fmt: skip
+
+    def message(e: dict[str, Any]) -> str:
+        return (f"validation accuracy has not gained {e['min_delta']} in {e['evaluations_without_gain']} evaluations "
+                f"(best {e['best_accuracy']:.4f} at step {e['best_step']})")  # fmt: skip
+
+    return _fire("plateau", points, [at(n) for n in range(1, len(points) + 1)], message)[:1]  # once
+
+
+def _divergence(
+    steps: Sequence[StepPoint], points: Sequence[ValPoint], *, window: int, min_delta: float
+) -> list[Candidate]:
+    def at(i: int) -> dict[str, Any] | None:
+        if i + 1 < window:
+            return None
+        evals = points[i + 1 - window : i + 1]
+        first, last = evals[0].accuracy, evals[-1].accuracy
+        if not (first - last > min_delta and all(p.accuracy <= first for p in evals)):
+            return None
+        trained = [s for s in steps if evals[0].step < s.step <= evals[-1].step]
+        slope = _slope([s.step for s in trained], [s.reward_mean for s in trained])
+        if slope is None or not slope > 0:
+            return None
+        return {"val_steps": [p.step for p in evals], "val_accuracy": [p.accuracy for p in evals],
+                "val_drop": first - last, "min_delta": min_delta, "reward_slope": slope, "reward_steps": len(trained),
+                "reward_first": trained[0].reward_mean, "reward_last": trained[-1].reward_mean}  # fmt: skip
+
+    def message(e: dict[str, Any]) -> str:
+        return (f"validation accuracy fell {e['val_accuracy'][0]:.4f} -> {e['val_accuracy'][-1]:.4f} over steps "
+                f"{e['val_steps'][0]}-{e['val_steps'][-1]} while training reward rose {e['reward_slope']:+.4g}/step: "
+                "possible reward hacking")  # fmt: skip
+
+    return _fire("divergence", points, [at(i) for i in range(len(points))], message)
+
+
+def _slope(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Least-squares slope of ys over xs; None with fewer than two distinct xs."""
+    if len(xs) < 2:
+        return None
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else None
+
+
+def _reward_jump(steps: Sequence[StepPoint], *, jump: float, plateau_steps: int) -> list[Candidate]:
+    def at(i: int) -> dict[str, Any] | None:
+        if i < plateau_steps:
+            return None
+        before = [s.reward_mean for s in steps[i - plateau_steps : i]]
+        rise, spread = steps[i].reward_mean - before[-1], max(before) - min(before)
+        if not (rise > jump and spread < jump / 2):
+            return None
+        return {"reward_before": before[-1], "reward": steps[i].reward_mean, "rise": rise, "threshold": jump,
+                "plateau_steps": plateau_steps, "plateau_range": spread}  # fmt: skip
+
+    def message(e: dict[str, Any]) -> str:
+        return (f"mean reward jumped {e['reward_before']:.4f} -> {e['reward']:.4f} in one step after "
+                f"{plateau_steps} flat steps: inspect the rollouts")  # fmt: skip
+
+    return _fire("reward_jump", steps, [at(i) for i in range(len(steps))], message)
+
+
+def _collapse(steps: Sequence[StepPoint], *, fraction: float) -> list[Candidate]:
+    def at(s: StepPoint) -> dict[str, Any] | None:
+        share = s.zero_variance_groups / s.groups if s.groups > 0 else 0.0
+        if share < fraction:
+            return None
+        return {"zero_variance_groups": s.zero_variance_groups, "groups": s.groups, "fraction": share,
+                "threshold": fraction}  # fmt: skip
+
+    def message(e: dict[str, Any]) -> str:
+        return f"{e['zero_variance_groups']} of {e['groups']} groups have zero reward variance: no learning signal"
+
+    return _fire("collapse", steps, [at(s) for s in steps], message)
+
+
+def _kl_spike(steps: Sequence[StepPoint], *, threshold: float) -> list[Candidate]:
+    found = [{"kl": s.kl, "threshold": threshold} if s.kl is not None and s.kl > threshold else None for s in steps]
+    return _fire("kl_spike", steps, found, lambda e: f"KL to the reference is {e['kl']:.4g} nats, past {threshold}")

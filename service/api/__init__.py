@@ -1,0 +1,1 @@
+"""The HTTP API: FastAPI app, one router per resource under ``routes/``."""

@@ -1,0 +1,73 @@
+"""A cap on request body size, so no client can make the API buffer an unbounded upload.
+
+A declared ``Content-Length`` past the limit is refused before anything is read; a body without
+one (chunked) is counted as it streams in and refused the moment it passes the limit.
+"""
+
+from __future__ import annotations
+
+import json
+
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+class BodyTooLarge(HTTPException):
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(413, f"request body larger than the limit of {max_bytes} bytes")
+
+
+class BodySizeLimit:
+    """Pure ASGI middleware: 413 with a JSON ``detail`` for bodies over ``max_bytes``."""
+
+    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = Headers(scope=scope).get("content-length")
+        if declared is not None and not declared.isdigit():
+            await self._refuse(send, HTTPException(400, "invalid Content-Length header"))
+            return
+        if declared is not None and int(declared) > self.max_bytes:
+            await self._refuse(send, BodyTooLarge(self.max_bytes))
+            return
+
+        received = 0
+        started = False
+
+        async def counting_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise BodyTooLarge(self.max_bytes)  # FastAPI re-raises HTTPException; the error handler answers
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, tracking_send)
+        except BodyTooLarge as exc:  # raised where no handler answered it (outside a route)
+            if started:
+                raise
+            await self._refuse(send, exc)
+
+    @staticmethod
+    async def _refuse(send: Send, exc: HTTPException) -> None:
+        body = json.dumps({"detail": exc.detail}).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),  # the unread body makes the connection unusable
+        ]
+        await send({"type": "http.response.start", "status": exc.status_code, "headers": headers})
+        await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,123 @@
+"""Prometheus metrics of one app: request latency, recorded by middleware, and the store's state, read at scrape time.
+
+Each app gets its own ``CollectorRegistry`` (``app.state.metrics_registry``), so several apps in one
+process (tests) never share or collide on a metric. ``/metrics`` (in ``routes/health.py``) renders it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from sqlalchemy.exc import SQLAlchemyError
+from sqlmodel import Session
+from starlette.datastructures import State
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.store import stats
+
+logger = logging.getLogger(__name__)
+
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+UNMATCHED = "<unmatched>"  # the route label of requests no route matched (raw paths would be unbounded)
+
+
+def install(app: FastAPI) -> None:
+    """Give ``app`` a registry with the latency histogram and the store collector, and the timing middleware."""
+    registry = CollectorRegistry()
+    latency = Histogram(
+        "artsvc_http_request_duration_seconds",
+        "Time from a request's arrival to its response's start, by method, route template and status code.",
+        ["method", "route", "status"],
+        registry=registry,
+    )
+    registry.register(StoreCollector(app.state))
+    app.state.metrics_registry = registry
+    app.add_middleware(RequestLatency, histogram=latency)
+
+
+class RequestLatency:
+    """Pure ASGI middleware: observes each HTTP request's latency once its response starts (so a long
+    event stream counts by how fast it began), labelled by the matched route's template."""
+
+    def __init__(self, app: ASGIApp, *, histogram: Histogram) -> None:
+        self.app = app
+        self.histogram = histogram
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        observed = False
+
+        def observe(status: int) -> None:
+            nonlocal observed
+            observed = True
+            route = getattr(scope.get("route"), "path", UNMATCHED)
+            method = scope["method"] if scope["method"] in METHODS else "OTHER"
+            self.histogram.labels(method, route, str(status)).observe(time.perf_counter() - started)
+
+        async def timing_send(message: Message) -> None:
+            if message["type"] == "http.response.start" and not observed:
+                observe(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, timing_send)
+        except Exception:
+            if not observed:  # the server error middleware outside answers 500
+                observe(500)
+            raise
+
+
+class StoreCollector:
+    """The store's state at scrape time: jobs by status, steps, running jobs' accuracy, alerts, live workers.
+
+    An unreachable store is reported as ``artsvc_store_up 0`` instead of failing the scrape.
+    """
+
+    def __init__(self, state: State) -> None:
+        self.state = state  # the app's: its engine and settings are read at each scrape (tests swap the engine)
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily("artsvc_store_up", "1 if the store answered this scrape, else 0.")
+        try:
+            with Session(self.state.engine) as session:
+                families = list(self._families(session))
+        except SQLAlchemyError as exc:
+            logger.warning("metrics scrape cannot read the store: %s", exc)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from families
+
+    def _families(self, session: Session) -> Iterator[Metric]:
+        jobs = GaugeMetricFamily("artsvc_jobs", "Jobs by status.", labels=["status"])
+        for status, count in stats.job_counts(session).items():
+            jobs.add_metric([status.value], count)
+        yield jobs
+        steps = stats.training_steps(session)
+        yield CounterMetricFamily("artsvc_training_steps", "Training steps recorded.", value=steps)
+        latest = GaugeMetricFamily(
+            "artsvc_validation_accuracy", "Latest validation accuracy of each running job.", labels=["job_id"]
+        )
+        best = GaugeMetricFamily(
+            "artsvc_best_validation_accuracy", "Best validation accuracy so far of each running job.", labels=["job_id"]
+        )
+        for row in stats.running_accuracy(session):
+            latest.add_metric([row.job_id], row.latest)
+            best.add_metric([row.job_id], row.best)
+        yield from (latest, best)
+        alerts = GaugeMetricFamily("artsvc_alerts", "Alerts by kind and state.", labels=["kind", "state"])
+        for (kind, state), count in sorted(stats.alert_counts(session).items()):
+            alerts.add_metric([kind, state], count)
+        yield alerts
+        alive = stats.workers(session, lease_seconds=self.state.settings.lease_seconds).alive
+        yield GaugeMetricFamily("artsvc_workers_alive", "Workers heartbeating within two lease periods.", value=alive)

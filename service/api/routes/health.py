@@ -1,0 +1,56 @@
+"""Liveness for load balancers and metrics for Prometheus; neither needs a token.
+
+``/healthz`` answers 503 only when the database cannot be reached (nothing works then); with no live
+worker it answers 200 ``degraded``: the API serves, but queued jobs wait.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlmodel import Session
+
+from service.api.watch_schemas import DatabaseHealth, HealthPublic, WorkersHealth
+from service.store import stats
+
+router = APIRouter(tags=["health"])
+logger = logging.getLogger(__name__)
+
+
+@router.get(
+    "/healthz",
+    responses={503: {"model": HealthPublic, "description": "The database cannot be reached."}},
+)
+def healthz(request: Request, response: Response) -> HealthPublic:
+    """Whether the database answers and any worker is alive to train queued jobs."""
+    health = check_health(request.app.state.engine, lease_seconds=request.app.state.settings.lease_seconds)
+    if health.status == "unavailable":
+        response.status_code = 503
+    return health
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text."}},
+)
+def metrics(request: Request) -> Response:
+    """Jobs by status, training steps, running jobs' validation accuracy, alerts, live workers, request latency."""
+    return Response(generate_latest(request.app.state.metrics_registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def check_health(engine: Engine, *, lease_seconds: float) -> HealthPublic:
+    """The service's health: ``unavailable`` if the database fails, ``degraded`` with no live worker."""
+    try:
+        with Session(engine) as session:
+            summary = stats.workers(session, lease_seconds=lease_seconds)
+    except SQLAlchemyError as exc:
+        logger.error("health check cannot reach the database: %s", exc)
+        error = f"cannot reach the database ({type(exc).__name__}); the server log has the details"
+        return HealthPublic(status="unavailable", database=DatabaseHealth(ok=False, error=error), workers=None)
+    workers = WorkersHealth(alive=summary.alive, capacity=summary.capacity, running_jobs=summary.running_jobs)
+    return HealthPublic(status="ok" if summary.alive else "degraded", database=DatabaseHealth(ok=True), workers=workers)

@@ -1,0 +1,160 @@
+"""Jobs: submit (idempotently), list, read, cancel, and read a job's metrics and sampled rollouts."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Header, HTTPException, Query, Response
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session
+
+import environments
+from service.api.deps import CallerDep, SessionDep, visible_job
+from service.api.errors import ErrorBody
+from service.api.schemas import (
+    JobList,
+    JobPublic,
+    MetricsPublic,
+    StepPublic,
+    TrajectoryList,
+    TrajectoryPublic,
+    ValidationPublic,
+)
+from service.auth import Principal
+from service.spec import JobSpec
+from service.store import jobs, runs
+from service.store.tables import Job, JobStatus
+
+router = APIRouter(prefix="/v1", tags=["jobs"])
+
+MAX_STEP = 2**31 - 1  # step columns are 32-bit integers
+ENDED = {409: {"model": ErrorBody, "description": "The job already ended."}}
+REPLAYED = {"description": "`true` when an earlier request with this key made the job.", "schema": {"type": "string"}}
+
+
+@router.post(
+    "/jobs",
+    status_code=201,
+    responses={
+        201: {
+            "description": "The queued job, or the job an earlier request with the same `Idempotency-Key` made.",
+            "headers": {"Idempotent-Replayed": REPLAYED},
+        },
+        409: {"model": ErrorBody, "description": "The idempotency key was used with a different spec."},
+    },
+)
+def submit_job(
+    spec: JobSpec,
+    session: SessionDep,
+    caller: CallerDep,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            pattern=r"^[\x20-\x7e]{1,255}$",  # printable ASCII: stored as given on every database
+            description="Up to 255 printable ASCII characters; retries with the same key and spec get the same job.",
+        ),
+    ] = None,
+) -> JobPublic:
+    """Queue a training job. A retry with the same `Idempotency-Key` returns the first job (with header
+    `Idempotent-Replayed: true`); the same key with a different spec is refused with 409."""
+    if spec.environment not in installed_environments():
+        names = ", ".join(installed_environments()) or "none"
+        raise HTTPException(422, f"environment: unknown environment {spec.environment!r}; installed: {names}")
+    job, replayed = _create_once(session, spec=spec, caller=caller, key=idempotency_key)
+    if replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return JobPublic.model_validate(job)
+
+
+@router.get("/jobs")
+def list_jobs(
+    session: SessionDep,
+    caller: CallerDep,
+    status: Annotated[JobStatus | None, Query(description="Only jobs in this status.")] = None,
+    limit: Annotated[int, Query(ge=1, le=200, description="Jobs per page.")] = 50,
+    cursor: Annotated[str | None, Query(max_length=512, description="`next_cursor` of the previous page.")] = None,
+) -> JobList:
+    """Jobs newest first: a client's own, every job for operators."""
+    owner_id = None if caller.is_operator else caller.id
+    try:
+        page, next_cursor = jobs.list_jobs(session, owner_id=owner_id, status=status, limit=limit, cursor=cursor)
+    except jobs.BadCursor as exc:
+        raise HTTPException(400, str(exc)) from None
+    return JobList(data=[JobPublic.model_validate(job) for job in page], next_cursor=next_cursor)
+
+
+@router.get("/jobs/{job_id}")
+def get_job(job_id: str, session: SessionDep, caller: CallerDep) -> JobPublic:
+    """One job: status, current step, best step and accuracy, stop reason, error."""
+    return JobPublic.model_validate(visible_job(session, caller=caller, job_id=job_id))
+
+
+@router.post("/jobs/{job_id}/cancel", responses=ENDED)
+def cancel_job(job_id: str, session: SessionDep, caller: CallerDep) -> JobPublic:
+    """Cancel a job (its owner or an operator): a queued job ends at once, a running one at its next
+    step boundary, with stop reason `cancelled`."""
+    job = visible_job(session, caller=caller, job_id=job_id)
+    try:
+        jobs.request_cancel(session, job=job, requested_by=caller.id)
+    except jobs.JobEnded as exc:
+        raise HTTPException(409, str(exc)) from None
+    session.commit()
+    return JobPublic.model_validate(job)
+
+
+@router.get("/jobs/{job_id}/metrics")
+def get_metrics(job_id: str, session: SessionDep, caller: CallerDep) -> MetricsPublic:
+    """Every training step's metrics and every validation point, in step order."""
+    job = visible_job(session, caller=caller, job_id=job_id)
+    return MetricsPublic(
+        steps=[StepPublic.model_validate(row) for row in runs.steps(session, job_id=job.id)],
+        validation=[ValidationPublic.model_validate(row) for row in runs.validation_points(session, job_id=job.id)],
+    )
+
+
+@router.get("/jobs/{job_id}/trajectories")
+def get_trajectories(
+    job_id: str,
+    session: SessionDep,
+    caller: CallerDep,
+    step: Annotated[int | None, Query(ge=0, le=MAX_STEP, description="Only rollouts of this step.")] = None,
+    split: Annotated[Literal["train", "val"] | None, Query(description="Only training or validation rollouts.")] = None,
+    limit: Annotated[int, Query(ge=1, le=500, description="Rollouts at most.")] = 50,
+) -> TrajectoryList:
+    """Sampled rollouts with their messages, reward and the scorer's details, newest step first."""
+    job = visible_job(session, caller=caller, job_id=job_id)
+    rows = jobs.trajectories(session, job_id=job.id, step=step, split=split, limit=limit)
+    return TrajectoryList(data=[TrajectoryPublic.model_validate(row) for row in rows])
+
+
+@lru_cache(maxsize=1)
+def installed_environments() -> tuple[str, ...]:
+    """Names of the installed environments, read once: scanning entry points costs milliseconds a request."""
+    return tuple(sorted(environments.available()))
+
+
+def _create_once(session: Session, *, spec: JobSpec, caller: Principal, key: str | None) -> tuple[Job, bool]:
+    """A new queued job, committed; or the job an earlier request with the same key made (and True)."""
+    digest = jobs.request_hash(spec)
+    if (earlier := _earlier(session, caller=caller, key=key, digest=digest)) is not None:
+        return earlier, True
+    job = runs.create_job(session, spec=spec, owner_id=caller.id, idempotency_key=key, request_hash=digest)
+    try:
+        session.commit()
+    except IntegrityError:  # a concurrent request with the same key committed first
+        session.rollback()
+        if (earlier := _earlier(session, caller=caller, key=key, digest=digest)) is None:
+            raise
+        return earlier, True
+    return job, False
+
+
+def _earlier(session: Session, *, caller: Principal, key: str | None, digest: str) -> Job | None:
+    if key is None:
+        return None
+    try:
+        return jobs.earlier_submission(session, owner_id=caller.id, idempotency_key=key, request_hash=digest)
+    except jobs.IdempotencyConflict as exc:
+        raise HTTPException(409, str(exc)) from None

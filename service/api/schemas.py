@@ -1,0 +1,89 @@
+"""API schemas: what the HTTP API returns, named per resource (``JobPublic`` for the ``Job`` table).
+
+They are read from the SQL rows (``from_attributes``) and list exactly the fields clients are
+promised (DESIGN.md); internal columns (owner, lease, request hash) never leave the service.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.store.tables import JobStatus, StopReason
+
+
+class _Public(BaseModel):
+    model_config = ConfigDict(from_attributes=True, ser_json_inf_nan="null")
+
+
+class JobPublic(_Public):
+    id: str
+    status: JobStatus
+    environment: str
+    spec: dict[str, Any] = Field(description="The JobSpec as submitted, with every default filled in.")
+    step: int = Field(description="The last training step recorded.")
+    step0_val_accuracy: float | None = Field(description="Validation accuracy before training (the baseline).")
+    best_val_accuracy: float | None
+    best_step: int | None
+    stop_reason: StopReason | None
+    error: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    cancel_requested: bool = Field(description="A cancel was asked for; a running job stops at the next step boundary.")
+
+
+class JobList(BaseModel):
+    data: list[JobPublic] = Field(description="Jobs, newest first.")
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
+
+
+class StepPublic(_Public):
+    step: int
+    reward_mean: float
+    reward_std: float
+    groups: int
+    zero_variance_groups: int = Field(description="Groups whose rollouts all got the same reward (no learning signal).")
+    loss: float | None
+    entropy: float | None
+    kl: float | None = Field(description="KL divergence to the reference policy, in nats.")
+    grad_norm: float | None
+    clip_fraction: float | None
+    completion_length: float
+    wall_time_s: float
+    metrics: dict[str, float | None] = Field(description="Every other number the backend reported for the step.")
+    created_at: datetime
+
+
+class ValidationPublic(_Public):
+    step: int
+    accuracy: float = Field(description="Share of validation examples solved when sampling at `temperature`.")
+    greedy_accuracy: float | None
+    examples: int
+    temperature: float
+    outcomes: dict[str, int] = Field(description="How many examples ended in each scorer outcome.")
+    wall_time_s: float
+    created_at: datetime
+
+
+class MetricsPublic(BaseModel):
+    steps: list[StepPublic] = Field(description="Every training step, in order.")
+    validation: list[ValidationPublic] = Field(description="Every validation point, step 0 (the baseline) first.")
+
+
+class TrajectoryPublic(_Public):
+    id: int
+    step: int
+    split: str = Field(description="train or val")
+    group_index: int
+    scenario_id: str | None
+    reward: float
+    messages: list[dict[str, Any]] = Field(description="The conversation, OpenAI chat format.")
+    details: dict[str, Any] = Field(description="The scorer's explanation of the reward.")
+    created_at: datetime
+
+
+class TrajectoryList(BaseModel):
+    data: list[TrajectoryPublic] = Field(description="Sampled rollouts, newest step first.")

@@ -1,0 +1,172 @@
+"""The worker: claims jobs under leases, trains several at once, and hands them back on shutdown.
+
+Each job runs as an asyncio task through ``run_job``; a heartbeat renews the leases of the jobs
+it holds. A job stops at its next step boundary, recording nothing, when the worker shuts down
+(its lease is released, so another worker resumes it at once) or when its lease was lost (another
+worker took it over). A job that fails is recorded as failed by ``run_job``; the worker goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlmodel import Session
+
+from service.alerts import WebhookNotifier
+from service.settings import Settings
+from service.store.tables import Job
+from service.training.loop import JobHooks, JobInterrupted, run_job
+from service.worker import leases
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def default_worker_id() -> str:
+    """Host, process and a random suffix: unique even when a pid is reused."""
+    return f"{socket.gethostname()[:40]}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+@dataclass
+class _Held:
+    """A job this worker trains, and whether it still holds the job's lease."""
+
+    job_id: str
+    renewed_at: float  # time.monotonic() just before the last claim or renewal that succeeded
+    lost: bool = False
+
+
+class Worker:
+    """Trains queued jobs from the store, up to ``settings.worker_concurrency`` at once, until stopped."""
+
+    def __init__(self, engine: Engine, settings: Settings, *, worker_id: str | None = None) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.id = worker_id or default_worker_id()
+        self._held: dict[str, _Held] = {}
+        self._stopping = False
+        self._slot_freed = asyncio.Event()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Claim and train jobs until ``stop`` is set; then let each running job finish or checkpoint its
+        current step, release their leases (back to the queue) and mark this worker stopped."""
+        concurrency = self.settings.worker_concurrency
+        record = dict(worker_id=self.id, hostname=socket.gethostname(), pid=os.getpid(), concurrency=concurrency)
+        await self._db(leases.register_worker, **record)
+        notifier = WebhookNotifier(self.settings.alert_webhook_url, self.engine)
+        log.info("worker %s started: up to %d job(s) at once", self.id, concurrency)
+        tasks: set[asyncio.Task[None]] = set()
+        heartbeat = asyncio.create_task(self._heartbeat())
+        try:
+            while not stop.is_set():
+                while len(tasks) < concurrency and not stop.is_set() and (job := await self._claim()) is not None:
+                    task = asyncio.create_task(self._train(job, notifier))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                await self._idle(stop)
+        finally:
+            self._stopping = True  # every job's should_stop() is now True: each stops at its next step boundary
+            if tasks:
+                log.info("worker %s stopping: %d job(s) finish their current step", self.id, len(tasks))
+                await asyncio.wait(tasks)
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
+            await notifier.aclose()
+            try:
+                await self._db(leases.stop_worker, worker_id=self.id)
+            except SQLAlchemyError as exc:  # its heartbeat just stops, as if it had died
+                log.warning("worker %s cannot record that it stopped: %s", self.id, exc)
+            log.info("worker %s stopped", self.id)
+
+    async def _claim(self) -> Job | None:
+        asked = time.monotonic()
+        try:
+            job = await self._db(leases.claim_next, worker_id=self.id, lease_seconds=self.settings.lease_seconds)
+        except SQLAlchemyError as exc:
+            log.warning("worker %s cannot claim jobs: %s", self.id, exc)
+            return None
+        if job is not None:
+            self._held[job.id] = _Held(job.id, renewed_at=asked)
+            log.info("claimed job %s (attempt %d, from step %d)", job.id, job.attempts, job.step)
+        return job
+
+    async def _idle(self, stop: asyncio.Event) -> None:
+        """Wait for the poll interval, a freed slot, or ``stop``, whichever comes first."""
+        waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._slot_freed.wait())]
+        try:
+            await asyncio.wait(waiters, timeout=self.settings.poll_seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+        self._slot_freed.clear()
+
+    async def _train(self, job: Job, notifier: WebhookNotifier) -> None:
+        held = self._held[job.id]
+        hooks = JobHooks(
+            on_event=lambda kind, data: log.debug("job %s: %s %s", job.id, kind, data),
+            should_stop=lambda: self._stopping or not self._holds(held),
+            on_alert=notifier.notify,
+            trajectories_per_step=self.settings.trajectories_per_step,
+        )
+        try:
+            ended = await run_job(job.id, db=self.engine, data_dir=self.settings.data_dir, hooks=hooks)
+            reason = ended.stop_reason.value if ended.stop_reason else "-"
+            log.info("finished job %s: %s (%s) at step %d", ended.id, ended.status.value, reason, ended.step)
+        except JobInterrupted:
+            if not self._holds(held):
+                log.warning("stopped job %s: its lease lapsed or was taken over; whoever holds it resumes it", job.id)
+            elif await self._db(leases.release, job_id=job.id, worker_id=self.id):
+                log.info("released job %s at a step boundary: back in the queue", job.id)
+        except Exception as exc:  # run_job recorded it (if the store was unreachable, the lease expires: a retry)
+            name = type(exc).__name__
+            log.error("job %s failed: %s: %s", job.id, name, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+        finally:
+            del self._held[job.id]
+            self._slot_freed.set()
+
+    def _holds(self, held: _Held) -> bool:
+        """Whether the lease is surely still ours: not taken over, and renewed within a lease period."""
+        return not held.lost and time.monotonic() - held.renewed_at < self.settings.lease_seconds
+
+    async def _heartbeat(self) -> None:
+        """Renew the held leases and this worker's record every third of a lease, until cancelled."""
+        while True:
+            await asyncio.sleep(self.settings.lease_seconds / 3)
+            for held in [h for h in self._held.values() if not h.lost]:
+                asked = time.monotonic()
+                try:
+                    renewed = await self._db(
+                        leases.renew, job_id=held.job_id, worker_id=self.id, lease_seconds=self.settings.lease_seconds
+                    )
+                except SQLAlchemyError as exc:
+                    log.warning("cannot renew the lease of job %s: %s", held.job_id, exc)
+                    continue
+                if renewed:
+                    held.renewed_at = asked
+                else:
+                    held.lost = True
+            try:
+                await self._db(leases.heartbeat_worker, worker_id=self.id, running_jobs=len(self._held))
+            except SQLAlchemyError as exc:
+                log.warning("worker %s cannot record its heartbeat: %s", self.id, exc)
+
+    async def _db(self, fn: Callable[..., T], **kwargs: Any) -> T:
+        """``fn(session, **kwargs)`` in its own short transaction, off the event loop."""
+
+        def call() -> T:
+            with Session(self.engine, expire_on_commit=False) as session:
+                result = fn(session, **kwargs)
+                session.commit()
+                return result
+
+        return await asyncio.to_thread(call)

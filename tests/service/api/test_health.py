@@ -1,0 +1,121 @@
+"""/healthz and /metrics on SQLite and PostgreSQL: no token needed, worker liveness, an unreachable database,
+and Prometheus text that parses and counts what the store holds."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from service.api.app import create_app
+from service.store import db as store_db
+from service.store.tables import AlertState, JobStatus
+from tests.service.api import seeding
+
+UNREACHABLE = "postgresql+psycopg://postgres@127.0.0.1:1/nothing"  # port 1: nothing listens there
+LEASE_SECONDS = 60  # the default of Settings.lease_seconds
+
+
+def samples(client: TestClient) -> dict[tuple[str, frozenset], float]:
+    """Every sample of /metrics by (name, labels), parsed as Prometheus parses it."""
+    response = client.get("/metrics")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+    }
+
+
+def test_with_no_live_worker_the_service_is_degraded(client, engine):
+    seeding.worker(engine, "stopped", concurrency=4, running_jobs=0, stopped=True)
+    seeding.worker(engine, "silent", concurrency=4, running_jobs=1, age_s=2 * LEASE_SECONDS + 30)
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {
+        "status": "degraded", "database": {"ok": True, "error": None},
+        "workers": {"alive": 0, "capacity": 0, "running_jobs": 0},
+    }  # fmt: skip
+
+
+def test_a_heartbeating_worker_makes_the_service_ok(client, engine):
+    seeding.worker(engine, "fresh", concurrency=2, running_jobs=1, age_s=1)
+    seeding.worker(engine, "recent", concurrency=3, running_jobs=0, age_s=LEASE_SECONDS)
+    seeding.worker(engine, "silent", concurrency=4, running_jobs=1, age_s=2 * LEASE_SECONDS + 30)
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json()["status"] == "ok"
+    assert response.json()["workers"] == {"alive": 2, "capacity": 5, "running_jobs": 1}
+
+
+def test_an_unreachable_database_is_503_and_metrics_say_so(app, client):
+    app.state.engine.dispose()
+    app.state.engine = store_db.make_engine(UNREACHABLE)
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "unavailable" and body["database"]["ok"] is False and body["workers"] is None
+    assert "cannot reach the database" in body["database"]["error"] and "127.0.0.1" not in body["database"]["error"]
+    assert samples(client)[("artsvc_store_up", frozenset())] == 0
+    app.state.engine.dispose()
+
+
+def test_metrics_count_what_the_store_holds(client, engine):
+    owner, headers = seeding.principal(engine)
+    for _ in range(2):
+        seeding.new_job(engine, owner_id=owner)  # queued
+    running, done = seeding.new_job(engine, owner_id=owner), seeding.new_job(engine, owner_id=owner)
+    for job_id in (running, done):
+        seeding.start(engine, job_id)
+    for step, accuracy in ((0, 0.2), (1, None), (2, 0.5), (3, None), (4, 0.4)):
+        seeding.record(engine, running, step, accuracy=accuracy)
+    seeding.record(engine, done, 1, accuracy=0.9)
+    seeding.finish(engine, done)
+    seeding.alert(engine, running, kind="divergence", step=4)
+    seeding.alert(engine, done, kind="plateau", step=1, state=AlertState.acknowledged)
+    seeding.worker(engine, "fresh", concurrency=1, running_jobs=1)
+
+    found = samples(client)
+    jobs = {status.value: found[("artsvc_jobs", frozenset({("status", status.value)}))] for status in JobStatus}
+    assert jobs == {"queued": 2, "running": 1, "succeeded": 1, "failed": 0, "cancelled": 0}
+    assert found[("artsvc_training_steps_total", frozenset())] == 5
+    assert found[("artsvc_validation_accuracy", frozenset({("job_id", running)}))] == 0.4  # the latest point
+    assert found[("artsvc_best_validation_accuracy", frozenset({("job_id", running)}))] == 0.5
+    assert not [key for key in found if ("job_id", done) in key[1]]  # ended jobs leave the per-job gauges
+    assert found[("artsvc_alerts", frozenset({("kind", "divergence"), ("state", "open")}))] == 1
+    assert found[("artsvc_alerts", frozenset({("kind", "plateau"), ("state", "acknowledged")}))] == 1
+    assert found[("artsvc_workers_alive", frozenset())] == 1
+    assert found[("artsvc_store_up", frozenset())] == 1
+
+
+def test_request_latency_is_labelled_by_route_template(client, engine):
+    owner, headers = seeding.principal(engine)
+    job_id = seeding.new_job(engine, owner_id=owner)
+    for _ in range(3):
+        assert client.get(f"/v1/jobs/{job_id}", headers=headers).status_code == 200
+    assert client.get("/v1/jobs/00000000-0000-4000-8000-000000000000", headers=headers).status_code == 404
+    assert client.get(f"/no/such/path/{job_id}").status_code == 404
+
+    found = samples(client)
+    count = "artsvc_http_request_duration_seconds_count"
+    labels = {"method": "GET", "route": "/v1/jobs/{job_id}"}
+    assert found[(count, frozenset((labels | {"status": "200"}).items()))] == 3
+    assert found[(count, frozenset((labels | {"status": "404"}).items()))] == 1
+    assert found[(count, frozenset({"method": "GET", "route": "<unmatched>", "status": "404"}.items()))] == 1
+    assert not [key for key in found if any(job_id in value for _, value in key[1])]  # no raw paths as labels
+
+
+def test_each_app_keeps_its_own_metrics(settings, engine):
+    first_app, second_app = create_app(settings, engine=engine), create_app(settings, engine=engine)
+    with TestClient(first_app) as first, TestClient(second_app) as second:
+        for _ in range(2):
+            first.get("/healthz")
+        second.get("/healthz")
+        count = ("artsvc_http_request_duration_seconds_count",
+                 frozenset({"method": "GET", "route": "/healthz", "status": "200"}.items()))  # fmt: skip
+        assert samples(first)[count] == 2 and samples(second)[count] == 1
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/metrics"])
+def test_health_and_metrics_need_no_token(client, path):
+    assert client.get(path).status_code == 200

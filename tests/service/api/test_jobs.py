@@ -1,0 +1,228 @@
+"""The jobs resource on SQLite and PostgreSQL: submit, idempotent retries, list pages, cancel, metrics, rollouts."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from sqlmodel import Session
+
+from service.api.app import create_app
+
+from service.store import events, runs
+from service.store.tables import JobStatus, Role
+
+JOB_FIELDS = {
+    "id", "status", "environment", "spec", "step", "step0_val_accuracy", "best_val_accuracy", "best_step",
+    "stop_reason", "error", "created_at", "started_at", "finished_at", "cancel_requested",
+}  # fmt: skip
+MATH = {"environment": "math"}
+TINY_LONG_JOB = {  # the tiny model, many steps: still running when the test cancels it
+    "environment": "math",
+    "model": {"base_model": "embedded/char-gpt-0.2m"},
+    "training": {"warm_start_examples": 0, "max_steps": 100, "groups_per_step": 1, "group_size": 2},
+    "validation": {"every_n_steps": 100, "max_examples": 2},
+}
+
+
+def submit(client, headers, spec=MATH, **extra):
+    response = client.post("/v1/jobs", json=spec, headers={**headers, **extra})
+    assert response.status_code == 201, response.text
+    return response
+
+
+def test_math_alone_is_a_queued_job_with_the_design_shape(client, auth):
+    headers = auth()
+    job = submit(client, headers).json()
+    assert set(job) == JOB_FIELDS
+    assert job["status"] == "queued" and job["environment"] == "math" and job["step"] == 0
+    assert job["spec"]["training"]["group_size"] == 8 and job["spec"]["validation"]["every_n_steps"] == 5  # defaults
+    assert job["created_at"].endswith("Z") or job["created_at"].endswith("+00:00")
+    assert client.get(f"/v1/jobs/{job['id']}", headers=headers).json() == job
+
+
+def test_a_retry_with_the_same_idempotency_key_returns_the_same_job(client, auth):
+    headers = auth()
+    first = submit(client, headers, **{"Idempotency-Key": "retry-1"})
+    again = submit(client, headers, **{"Idempotency-Key": "retry-1"})
+    assert again.json()["id"] == first.json()["id"]
+    assert again.headers["Idempotent-Replayed"] == "true" and "Idempotent-Replayed" not in first.headers
+    # spelling the defaults out asks for the same job
+    explicit = {"environment": "math", "training": {"group_size": 8}, "seed": 0}
+    assert submit(client, headers, explicit, **{"Idempotency-Key": "retry-1"}).json()["id"] == first.json()["id"]
+    assert len(client.get("/v1/jobs", headers=headers).json()["data"]) == 1
+
+
+def test_the_same_key_with_a_different_spec_is_a_conflict(client, auth):
+    headers = {**auth(), "Idempotency-Key": "k"}
+    submit(client, headers)
+    response = client.post("/v1/jobs", json={"environment": "math", "seed": 1}, headers=headers)
+    assert response.status_code == 409
+    assert "already used with a different job spec" in response.json()["detail"]
+
+
+def test_idempotency_keys_belong_to_their_token(client, auth):
+    key = {"Idempotency-Key": "shared"}
+    mine, theirs = submit(client, auth(), **key).json(), submit(client, auth(), **key).json()
+    assert mine["id"] != theirs["id"]
+
+
+def test_concurrent_retries_make_one_job(live_server, auth):
+    headers = {**auth(), "Idempotency-Key": "burst"}
+
+    def post(_):
+        return httpx.post(f"{live_server}/v1/jobs", json=MATH, headers=headers, timeout=60)
+
+    with ThreadPoolExecutor(8) as pool:
+        responses = list(pool.map(post, range(8)))
+    assert {r.status_code for r in responses} == {201}
+    assert len({r.json()["id"] for r in responses}) == 1
+    assert sum(r.headers.get("Idempotent-Replayed") == "true" for r in responses) == 7
+    listed = httpx.get(f"{live_server}/v1/jobs", headers=headers).json()["data"]
+    assert [job["id"] for job in listed] == [responses[0].json()["id"]]
+
+
+def test_jobs_are_listed_newest_first_in_pages_and_filtered_by_status(client, auth):
+    headers = auth()
+    made = [submit(client, headers, {"environment": "math", "seed": seed}).json()["id"] for seed in range(5)]
+    for job_id in made[:2]:
+        assert client.post(f"/v1/jobs/{job_id}/cancel", headers=headers).status_code == 200
+
+    seen, cursor, pages = [], None, 0
+    while True:
+        params = {"limit": 2} | ({"cursor": cursor} if cursor else {})
+        page = client.get("/v1/jobs", params=params, headers=headers).json()
+        seen += [job["id"] for job in page["data"]]
+        pages += 1
+        if (cursor := page["next_cursor"]) is None:
+            break
+    assert seen == made[::-1] and pages == 3
+
+    def ids(status):
+        return [job["id"] for job in client.get("/v1/jobs", params={"status": status}, headers=headers).json()["data"]]
+
+    assert ids("cancelled") == made[1::-1]
+    assert ids("queued") == made[:1:-1]
+    assert ids("running") == []
+
+
+def test_cancelling_a_queued_job_ends_it_and_a_second_cancel_is_a_conflict(client, auth, engine):
+    headers = auth()
+    job_id = submit(client, headers).json()["id"]
+    job = client.post(f"/v1/jobs/{job_id}/cancel", headers=headers).json()
+    assert (job["status"], job["stop_reason"], job["cancel_requested"]) == ("cancelled", "cancelled", True)
+    assert job["finished_at"] is not None
+    again = client.post(f"/v1/jobs/{job_id}/cancel", headers=headers)
+    assert again.status_code == 409 and "already ended (cancelled)" in again.json()["detail"]
+    with Session(engine) as session:
+        kinds = [event.kind for event in events.events_after(session, job_id=job_id)]
+    assert kinds == ["queued", "finished"]
+
+
+def test_cancelling_a_running_job_flags_it_once(client, auth, engine):
+    headers = auth()
+    job_id = submit(client, headers).json()["id"]
+    with Session(engine) as session:
+        runs.mark_running(session, job=runs.get_job(session, job_id=job_id))
+        session.commit()
+    for _ in range(2):  # asking twice is the same request
+        job = client.post(f"/v1/jobs/{job_id}/cancel", headers=headers).json()
+        assert (job["status"], job["cancel_requested"], job["stop_reason"]) == ("running", True, None)
+    with Session(engine) as session:
+        kinds = [event.kind for event in events.events_after(session, job_id=job_id)]
+    assert kinds == ["queued", "started", "cancel_requested"]
+
+
+@pytest.mark.timeout(600)
+def test_a_running_job_stops_at_a_step_boundary_when_cancelled(settings, engine, auth):
+    app = create_app(settings.model_copy(update={"poll_seconds": 0.1}), engine=engine, run_worker=True)
+    headers = auth()
+    with TestClient(app) as client:
+        job_id = submit(client, headers, TINY_LONG_JOB).json()["id"]
+        wait_until(lambda: client.get(f"/v1/jobs/{job_id}", headers=headers).json()["step"] >= 1, "a first step")
+        assert client.post(f"/v1/jobs/{job_id}/cancel", headers=headers).json()["cancel_requested"] is True
+        ended = wait_until(lambda: ended_job(client, headers, job_id), "the job to stop")
+    assert (ended["status"], ended["stop_reason"]) == ("cancelled", "cancelled")
+    assert ended["step"] < TINY_LONG_JOB["training"]["max_steps"]
+    steps = [row["step"] for row in TestClient(app).get(f"/v1/jobs/{job_id}/metrics", headers=headers).json()["steps"]]
+    assert steps == list(range(1, ended["step"] + 1))  # every step it took is recorded, none after the stop
+
+
+def ended_job(client, headers, job_id):
+    job = client.get(f"/v1/jobs/{job_id}", headers=headers).json()
+    return job if job["finished_at"] else None
+
+
+def wait_until(check, what: str, *, timeout: float = 300):
+    """Poll ``check`` until it is truthy; the timeout guards against a hang, it measures nothing."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if result := check():
+            return result
+        time.sleep(0.2)
+    pytest.fail(f"no {what} within {timeout}s")
+
+
+def test_metrics_hold_every_step_and_validation_point(client, auth, engine):
+    headers = auth()
+    job_id = submit(client, headers).json()["id"]
+    with Session(engine) as session:
+        job = runs.get_job(session, job_id=job_id)
+        runs.record_validation(session, job=job, step=0, values=validation(0.25))
+        for step in (1, 2):
+            runs.record_step(session, job=job, step=step, values=training_step(step))
+        runs.record_validation(session, job=job, step=2, values=validation(0.5))
+        session.commit()
+    metrics = client.get(f"/v1/jobs/{job_id}/metrics", headers=headers).json()
+    assert [row["step"] for row in metrics["steps"]] == [1, 2]
+    assert metrics["steps"][1]["reward_mean"] == 0.2 and metrics["steps"][1]["metrics"] == {"policy_loss": 0.5}
+    assert {"reward_std", "zero_variance_groups", "kl", "entropy", "loss", "wall_time_s"} <= set(metrics["steps"][0])
+    assert [(row["step"], row["accuracy"]) for row in metrics["validation"]] == [(0, 0.25), (2, 0.5)]
+    assert metrics["validation"][0]["outcomes"] == {"correct": 2, "wrong": 6}
+    assert client.get(f"/v1/jobs/{job_id}", headers=headers).json()["step"] == 2
+
+
+def test_trajectories_are_filtered_by_step_and_split_and_limited(client, auth, engine):
+    headers = auth()
+    job_id = submit(client, headers).json()["id"]
+    with Session(engine) as session:
+        job = runs.get_job(session, job_id=job_id)
+        for step, split in ((1, "train"), (2, "train"), (2, "val")):
+            runs.record_trajectories(session, job=job, step=step, split=split, rows=[rollout(i) for i in range(3)])
+        session.commit()
+
+    def get(**params):
+        return client.get(f"/v1/jobs/{job_id}/trajectories", params=params, headers=headers).json()["data"]
+
+    everything = get()
+    assert len(everything) == 9 and [row["step"] for row in everything] == [2] * 6 + [1] * 3
+    assert {(row["step"], row["split"]) for row in get(step=2, split="val")} == {(2, "val")}
+    assert len(get(step=1)) == 3 and len(get(limit=4)) == 4
+    first = get(step=1, limit=1)[0]
+    assert first["messages"][-1] == {"role": "assistant", "content": "4"}
+    assert first["details"] == {"outcome": "correct"} and first["reward"] == 1.0
+
+
+def test_an_unknown_job_is_404(client, auth):
+    response = client.get("/v1/jobs/00000000-0000-4000-8000-000000000000", headers=auth(Role.operator))
+    assert response.status_code == 404 and "no job" in response.json()["detail"]
+
+
+def training_step(step: int) -> dict:
+    return {"reward_mean": step / 10, "reward_std": 0.1, "groups": 2, "zero_variance_groups": 0, "loss": 0.5,
+            "entropy": 1.0, "kl": 0.01, "completion_length": 3.0, "wall_time_s": 0.5,
+            "metrics": {"policy_loss": 0.5}}  # fmt: skip
+
+
+def validation(accuracy: float) -> dict:
+    return {"accuracy": accuracy, "greedy_accuracy": accuracy, "examples": 8, "temperature": 1.0,
+            "outcomes": {"correct": int(accuracy * 8), "wrong": 8 - int(accuracy * 8)}, "wall_time_s": 0.2}  # fmt: skip
+
+
+def rollout(index: int) -> dict:
+    messages = [{"role": "user", "content": "2+2="}, {"role": "assistant", "content": "4"}]
+    return {"group_index": index, "scenario_id": f"s{index}", "reward": 1.0, "messages": messages,
+            "details": {"outcome": "correct"}}  # fmt: skip

@@ -1,0 +1,67 @@
+"""``artsvc serve``: refuses what it must (an unmigrated store, local mode beyond loopback), else serves the API."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import httpx
+import pytest
+from sqlmodel import Session
+
+from service.auth import create_token
+from service.store import db as store_db
+from service.store.tables import Role
+
+from tests.service.test_cli import artsvc
+
+
+def test_an_unmigrated_database_is_refused_and_left_alone(tmp_path):
+    result = artsvc("serve", "--port", "0", "--no-worker", tmp_path=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "run `artsvc db upgrade`" in " ".join(result.stderr.split())
+    engine = store_db.make_engine(f"sqlite:///{tmp_path / 'data' / 'artsvc.db'}")
+    with pytest.raises(store_db.StoreError, match="schema revision none"):  # serve did not migrate it
+        store_db.check_migrated(engine)
+    engine.dispose()
+
+
+def test_local_mode_beyond_loopback_is_refused(tmp_path):
+    result = artsvc("serve", "--local", "--host", "0.0.0.0", tmp_path=tmp_path)
+    assert result.returncode == 2
+    assert "refusing it on non-loopback host '0.0.0.0'" in " ".join(result.stderr.split())
+
+
+@pytest.mark.timeout(300)
+def test_it_serves_the_api_where_it_says_and_stops_gracefully(tmp_path):
+    url = f"sqlite:///{tmp_path / 'data' / 'artsvc.db'}"
+    store_db.upgrade(url)
+    engine = store_db.make_engine(url)
+    with Session(engine) as session:
+        _, token = create_token(session, role=Role.client, name="serve test")
+        session.commit()
+    engine.dispose()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ARTSVC_")}
+    env["ARTSVC_DATA_DIR"] = str(tmp_path / "data")
+    command = [sys.executable, "-m", "service", "serve", "--port", "0", "--no-worker"]
+    server = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        announced = ""
+        while "listening on" not in announced:
+            announced = server.stderr.readline()
+            assert announced, "artsvc serve exited before listening"
+        url = announced.split("listening on ")[1].split()[0]
+        assert url.startswith("http://127.0.0.1:")
+        headers = {"Authorization": f"Bearer {token}"}
+        job = httpx.post(f"{url}/v1/jobs", json={"environment": "math"}, headers=headers, timeout=30)
+        assert job.status_code == 201
+        listed = httpx.get(f"{url}/v1/jobs", headers=headers, timeout=30).json()["data"]
+        assert [j["id"] for j in listed] == [job.json()["id"]]
+        assert httpx.get(f"{url}/v1/jobs", timeout=30).status_code == 401
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, rest = server.communicate(timeout=60)
+    assert "Application shutdown complete" in rest  # a graceful stop; uvicorn then re-raises the signal
+    assert server.returncode in (0, -signal.SIGTERM)

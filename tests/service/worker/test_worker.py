@@ -1,0 +1,103 @@
+"""The worker in this process: concurrent jobs, failures that do not stop it, a lease lost to another worker."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+import pytest
+from sqlmodel import Session
+
+from service.settings import Settings
+from service.store.events import events_after
+from service.store.tables import Job, JobStatus, StopReason, WorkerRecord
+from service.worker import Worker, leases
+from tests.service.worker.conftest import LEASE_SECONDS, LONGER_JOB, TINY_JOB, history, load_job, submit
+
+ENDED = (JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled)
+
+
+def _worker(engine, tmp_path, *, concurrency: int = 1) -> Worker:
+    settings = Settings(
+        _env_file=None,
+        data_dir=tmp_path / "data",
+        lease_seconds=LEASE_SECONDS,
+        poll_seconds=0.2,
+        worker_concurrency=concurrency,
+    )
+    return Worker(engine, settings, worker_id="test-worker")
+
+
+def _run_until(worker: Worker, done: Callable[[], bool]) -> None:
+    """Run the worker until ``done()`` holds, then stop it the way SIGTERM does."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(worker.run(stop))
+        while not done():
+            if task.done():
+                task.result()  # the worker ended early: raise what it raised
+                pytest.fail("the worker stopped on its own")
+            await asyncio.sleep(0.1)
+        stop.set()
+        await task
+
+    asyncio.run(main())
+
+
+def _all_ended(engine, job_ids: list[str]) -> bool:
+    return all(load_job(engine, job_id).status in ENDED for job_id in job_ids)
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_with_concurrency_2_trains_two_jobs_at_once(engine, tmp_path):
+    first, second = submit(engine, TINY_JOB), submit(engine, TINY_JOB)
+    _run_until(_worker(engine, tmp_path, concurrency=2), lambda: _all_ended(engine, [first, second]))
+    a, b = load_job(engine, first), load_job(engine, second)
+    assert a.status is b.status is JobStatus.succeeded and a.step == b.step == 4
+    assert a.started_at < b.finished_at and b.started_at < a.finished_at  # their running times overlap
+    with Session(engine) as session:
+        record = session.get(WorkerRecord, "test-worker")
+        assert record.concurrency == 2 and record.stopped_at is not None
+
+
+@pytest.mark.timeout(300)
+def test_a_failing_job_is_recorded_and_the_worker_goes_on_to_the_next(engine, tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    serverless = {**TINY_JOB, "model": {**TINY_JOB["model"], "backend": "serverless"}}  # fails: no WANDB_API_KEY
+    failing, fine = submit(engine, serverless), submit(engine, TINY_JOB)
+    _run_until(_worker(engine, tmp_path), lambda: _all_ended(engine, [failing, fine]))
+    failed = load_job(engine, failing)
+    assert failed.status is JobStatus.failed and failed.stop_reason is StopReason.error
+    assert "WANDB_API_KEY" in failed.error
+    assert load_job(engine, fine).status is JobStatus.succeeded
+
+
+@pytest.mark.timeout(300)
+def test_a_job_whose_lease_was_taken_over_stops_at_a_step_boundary_and_records_nothing_more(engine, tmp_path):
+    job_id = submit(engine, LONGER_JOB)
+    stolen_at: list[datetime] = []
+
+    def steal_after_the_first_step() -> bool:
+        """Another worker takes the job over (as if this one had stalled past its lease); done once this one
+        reports, by a heartbeat after the theft, that it runs nothing."""
+        with Session(engine) as session:
+            if not stolen_at:
+                if history(engine, job_id)[0]:
+                    job = session.get(Job, job_id)
+                    stolen_at.append(leases.database_now(session))
+                    job.worker_id, job.lease_expires_at = "thief", stolen_at[0] + timedelta(hours=1)
+                    session.add(job)
+                    session.commit()
+                return False
+            record = session.get(WorkerRecord, "test-worker")
+            return record.heartbeat_at > stolen_at[0] and record.running_jobs == 0
+
+    _run_until(_worker(engine, tmp_path), steal_after_the_first_step)
+    job = load_job(engine, job_id)
+    assert job.status is JobStatus.running and job.worker_id == "thief"  # neither finished nor released by the loser
+    steps, _ = history(engine, job_id)
+    assert [s[0] for s in steps] == list(range(1, job.step + 1)) and job.step < LONGER_JOB["training"]["max_steps"]
+    with Session(engine) as session:
+        assert "finished" not in [e.kind for e in events_after(session, job_id=job_id)]
