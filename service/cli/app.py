@@ -8,6 +8,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")  # ART's gather bars would fight the 
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 app = typer.Typer(help="Train agents with reinforcement learning through OpenPipe ART.", no_args_is_help=True)
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
@@ -17,5 +18,5 @@ console = Console(stderr=True)
 
 def fail(message: str) -> typer.Exit:
     """One red line on stderr and exit code 2: how every verb reports bad input."""
-    console.print(f"[red]error:[/red] {message}")
+    console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True, highlight=False)
     return typer.Exit(code=2)

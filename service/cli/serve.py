@@ -20,8 +20,8 @@ from service.cli.app import app, console, fail
 
 @app.command()
 def serve(
-    host: Annotated[Optional[str], typer.Option(help="Address to bind [default: ARTSVC_HOST or 127.0.0.1].")] = None,
-    port: Annotated[Optional[int], typer.Option(help="Port to bind, 0 for any [default: ARTSVC_PORT or 8000].")] = None,
+    host: Annotated[Optional[str], typer.Option(help="Address to bind (default: ARTSVC_HOST or 127.0.0.1).")] = None,
+    port: Annotated[Optional[int], typer.Option(help="Port to bind, 0 for any (default: ARTSVC_PORT or 8000).")] = None,
     worker: Annotated[bool, typer.Option("--worker/--no-worker", help="Train queued jobs in this process.")] = True,
     local: Annotated[bool, typer.Option("--local", help="Single-user mode without tokens (loopback only).")] = False,
 ) -> None:

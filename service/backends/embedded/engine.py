@@ -31,8 +31,7 @@ class PolicyEngine:
         self.config = config
         latest = self.checkpoints.latest_step()
         if latest is None:  # a fresh model: seeded random init, saved as step 0
-            torch.manual_seed(seed)
-            self.policy = CharGPT(config)
+            self.policy = CharGPT(config, seed=seed)
             self.step = 0
             self.optimizer: torch.optim.Optimizer | None = None
             self.checkpoints.save(0, self.policy, None)

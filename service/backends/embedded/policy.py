@@ -8,6 +8,7 @@ returns are exactly the ones the trainer optimises.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import asdict, dataclass
 
 import torch
@@ -15,6 +16,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from service.backends.embedded.tokenizer import EMITTABLE_IDS, VOCAB_SIZE
+
+_GLOBAL_RNG = threading.Lock()  # weight init draws from torch's global RNG, which every thread shares
 
 
 @dataclass(frozen=True)
@@ -82,20 +85,25 @@ class Block(nn.Module):
 class CharGPT(nn.Module):
     """Decoder-only transformer over characters with learned absolute positions."""
 
-    def __init__(self, config: PolicyConfig) -> None:
+    def __init__(self, config: PolicyConfig, *, seed: int | None = None) -> None:
+        """``seed`` fixes the initial weights even while other threads build models (a checkpoint's
+        weights are loaded over unseeded ones)."""
         super().__init__()
-        self.config = config
-        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
-        self.wpe = nn.Embedding(config.block_size, config.n_embd)
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
-        self.ln_f = nn.LayerNorm(config.n_embd)
-        # Untied from wte (unlike GPT-2): RL then reshapes what the policy says without
-        # moving how it reads its prompt (see rl_parameters).
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        self.apply(self._init_weights)
-        for name, param in self.named_parameters():  # scaled init of residual projections
-            if name.endswith("proj.weight") or name.endswith("mlp.2.weight"):
-                nn.init.normal_(param, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+        with _GLOBAL_RNG, torch.random.fork_rng(devices=[], enabled=seed is not None):
+            if seed is not None:
+                torch.manual_seed(seed)
+            self.config = config
+            self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+            self.wpe = nn.Embedding(config.block_size, config.n_embd)
+            self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+            self.ln_f = nn.LayerNorm(config.n_embd)
+            # Untied from wte (unlike GPT-2): RL then reshapes what the policy says without
+            # moving how it reads its prompt (see rl_parameters).
+            self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+            self.apply(self._init_weights)
+            for name, param in self.named_parameters():  # scaled init of residual projections
+                if name.endswith("proj.weight") or name.endswith("mlp.2.weight"):
+                    nn.init.normal_(param, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
         mask = torch.full((config.vocab_size,), float("-inf"))
         mask[list(EMITTABLE_IDS)] = 0.0
         self.register_buffer("output_mask", mask, persistent=False)

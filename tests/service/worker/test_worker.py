@@ -57,6 +57,7 @@ def test_a_worker_with_concurrency_2_trains_two_jobs_at_once(engine, tmp_path):
     a, b = load_job(engine, first), load_job(engine, second)
     assert a.status is b.status is JobStatus.succeeded and a.step == b.step == 4
     assert a.started_at < b.finished_at and b.started_at < a.finished_at  # their running times overlap
+    assert history(engine, first) == history(engine, second)  # one seed, one history, even side by side
     with Session(engine) as session:
         record = session.get(WorkerRecord, "test-worker")
         assert record.concurrency == 2 and record.stopped_at is not None
