@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 sys.path.insert(0, str(ROOT / "bench"))
 from math_rl import machine  # noqa: E402
-from service_overhead import free_port  # noqa: E402
+from service_overhead import free_port, wait_until_serving  # noqa: E402
 
 TRAINING_SPEC = {
     "environment": "math",
@@ -108,12 +108,7 @@ def main() -> None:
         base = f"http://127.0.0.1:{port}"
         headers = {"Authorization": f"Bearer {token}"}
         try:
-            for _ in range(600):
-                try:
-                    if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    time.sleep(0.1)
+            wait_until_serving(base)
             job = httpx.post(f"{base}/v1/jobs", json=TRAINING_SPEC, headers=headers, timeout=10).raise_for_status().json()
             while job["step"] < 1:  # training, not just starting up
                 time.sleep(0.5)

@@ -40,6 +40,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def wait_until_serving(base: str, *, attempts: int = 600) -> None:
+    for _ in range(attempts):
+        try:
+            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            time.sleep(0.1)
+    sys.exit(f"the server at {base} did not come up")
+
+
 def intervals(ends: list[float]) -> list[float]:
     """Step-to-step wall times, without the first step (it follows validation in the service)."""
     return [b - a for a, b in zip(ends, ends[1:])]
@@ -64,12 +74,7 @@ def run_service(data_dir: Path, steps: int, seed: int) -> dict:
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(600):
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
+        wait_until_serving(base)
         spec = {"environment": "math", "seed": seed, "training": {"max_steps": steps},
                 "validation": {"every_n_steps": steps, "patience": 1000}}  # fmt: skip
         job = httpx.post(f"{base}/v1/jobs", json=spec, timeout=10).raise_for_status().json()

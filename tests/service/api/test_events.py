@@ -188,12 +188,12 @@ def test_an_idle_stream_is_pinged_and_ends_when_the_client_goes(settings, engine
     with serving(create_app(settings, engine=engine)) as (base_url, server):
         with httpx.Client(base_url=base_url, timeout=30) as http:
             with http.stream("GET", f"/v1/jobs/{job_id}/events", headers={**headers, **SSE}) as response:
-                before_ping = []
+                seen = []
                 for line in response.iter_lines():
-                    if line.startswith(":"):
-                        break  # nothing happened since: the server keeps the connection alive
-                    before_ping.append(line)
-                assert "event: queued" in before_ping and "ping" in line
+                    seen.append(line)
+                    if line.startswith(":") and "event: queued" in seen:
+                        break  # nothing happened since the queued event: the server keeps the connection alive
+                assert "event: queued" in seen and "ping" in seen[-1]
                 assert len(server.server_state.tasks) == 1
         wait_for(lambda: not server.server_state.tasks, what="the stream's request to end after the client left")
 
