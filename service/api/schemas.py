@@ -14,11 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from service.store.tables import JobStatus, StopReason
 
 
-class _Public(BaseModel):
+class PublicModel(BaseModel):
     model_config = ConfigDict(from_attributes=True, ser_json_inf_nan="null")
 
 
-class JobPublic(_Public):
+class JobPublic(PublicModel):
     id: str
     status: JobStatus
     environment: str
@@ -40,7 +40,7 @@ class JobList(BaseModel):
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
 
 
-class StepPublic(_Public):
+class StepPublic(PublicModel):
     step: int
     reward_mean: float
     reward_std: float
@@ -57,7 +57,7 @@ class StepPublic(_Public):
     created_at: datetime
 
 
-class ValidationPublic(_Public):
+class ValidationPublic(PublicModel):
     step: int
     accuracy: float = Field(description="Share of validation examples solved when sampling at `temperature`.")
     greedy_accuracy: float | None
@@ -73,7 +73,7 @@ class MetricsPublic(BaseModel):
     validation: list[ValidationPublic] = Field(description="Every validation point, step 0 (the baseline) first.")
 
 
-class TrajectoryPublic(_Public):
+class TrajectoryPublic(PublicModel):
     id: int
     step: int
     split: str = Field(description="train or val")

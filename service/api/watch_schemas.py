@@ -8,18 +8,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
+
+from service.api.schemas import PublicModel
 
 from service.store.tables import AlertState
 
 MAX_ID = 2**31 - 1  # event and alert ids are 32-bit integers
 
 
-class _Public(BaseModel):
-    model_config = ConfigDict(from_attributes=True, ser_json_inf_nan="null")
-
-
-class EventPublic(_Public):
+class EventPublic(PublicModel):
     id: int = Field(description="Orders the log; pass as `after` (or `Last-Event-ID`) to read on from here.")
     job_id: str
     kind: str = Field(
@@ -35,7 +33,7 @@ class EventList(BaseModel):
     next_cursor: int | None = Field(description="Pass as `after` for the next page; null when this page is the last.")
 
 
-class AlertPublic(_Public):
+class AlertPublic(PublicModel):
     id: int
     job_id: str
     kind: str = Field(description="plateau, divergence, reward_jump, collapse or kl_spike")

@@ -132,7 +132,7 @@ class JobEvent(SQLModel, table=True):
 
     id: int | None = Field(default=None, primary_key=True)
     job_id: str = Field(foreign_key="jobs.id", max_length=36)
-    kind: str = Field(max_length=32, description="queued, started, resumed, cancel_requested, step, validation, alert, finished")
+    kind: str = Field(max_length=32, description="queued, started, resumed, cancel_requested, step, validation, alert, alert_acknowledged, finished")
     step: int | None = None
     data: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
