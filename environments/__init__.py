@@ -6,6 +6,24 @@ import os
 # litellm (imported by ART) fetches a price map at import unless told to use its local copy.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from environments.base import Environment, Sampling, UnknownEnvironmentError, available, load  # noqa: E402
+from environments.base import (  # noqa: E402
+    BaseEnvironment,
+    Environment,
+    EnvironmentConfigError,
+    Sampling,
+    UnknownEnvironmentError,
+    arguments_of,
+    available,
+    load,
+)
 
-__all__ = ["Environment", "Sampling", "UnknownEnvironmentError", "available", "load"]
+__all__ = [
+    "BaseEnvironment",
+    "Environment",
+    "EnvironmentConfigError",
+    "Sampling",
+    "UnknownEnvironmentError",
+    "arguments_of",
+    "available",
+    "load",
+]

@@ -1,19 +1,29 @@
 """The environment plugin interface and the registry that finds environments.
 
 An environment is one class registered under the entry-point group ``artsvc.environments``.
-The training loop only ever talks to it through :class:`Environment`.
+The training loop only ever talks to it through :class:`Environment`. Plugins usually subclass
+:class:`BaseEnvironment`, which supplies the optional parts (no demonstrations, no tools,
+fingerprints of JSONL split files) so that a new environment is a name, its scenarios, a
+rollout and a verdict.
 """
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from importlib.metadata import entry_points
-from typing import Any, Protocol, runtime_checkable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
-import art
+if TYPE_CHECKING:  # annotations only: importing ART (and torch) takes seconds
+    import art
 
 ENTRY_POINT_GROUP = "artsvc.environments"
+SPLITS = ("train", "val", "test")
 
 
 @dataclass(frozen=True)
@@ -27,6 +37,14 @@ class Sampling:
 
 @runtime_checkable
 class Environment(Protocol):
+    """What the training loop needs of an environment.
+
+    Optional attributes, read with defaults (:class:`BaseEnvironment` declares them):
+    ``warm_start_examples`` (demonstrations a warm start uses unless the job says otherwise; 0),
+    ``tools`` (the OpenAI function tools its rollouts offer the policy; none) and
+    ``embedded_base_model`` (the embedded architecture whose context holds its conversations).
+    """
+
     name: str
     version: str
     scorer_name: str
@@ -48,8 +66,55 @@ class Environment(Protocol):
         """Warm-start trajectories (assistant turns as plain messages); may be empty."""
 
 
+@cache
+def read_jsonl(path: Path) -> tuple[dict[str, Any], ...]:
+    """Rows of a committed JSONL split file, parsed once per process."""
+    return tuple(json.loads(line) for line in path.read_text().splitlines() if line.strip())
+
+
+def file_fingerprint(path: Path) -> str:
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class BaseEnvironment:
+    """Defaults for the optional parts of :class:`Environment`.
+
+    Set ``scenario_dir`` to a folder holding ``train.jsonl``, ``val.jsonl`` and ``test.jsonl``
+    and the splits and their fingerprints come for free.
+    """
+
+    name: ClassVar[str]
+    version: ClassVar[str] = "0.1.0"
+    scorer_name: ClassVar[str]
+    scorer_version: ClassVar[str] = "0.1.0"
+    warm_start_examples: int = 0
+    tools: Sequence[dict[str, Any]] = ()
+    embedded_base_model: str | None = None
+    scenario_dir: ClassVar[Path | None] = None
+
+    def _split_path(self, split: str) -> Path:
+        if self.scenario_dir is None:
+            raise NotImplementedError(f"{type(self).__name__} sets no scenario_dir; override scenarios()")
+        if split not in SPLITS:
+            raise ValueError(f"{self.name} has no split {split!r}; splits are {', '.join(SPLITS)}")
+        return self.scenario_dir / f"{split}.jsonl"
+
+    def scenarios(self, split: str) -> Sequence[dict[str, Any]]:
+        return read_jsonl(self._split_path(split))
+
+    def fingerprints(self) -> dict[str, str]:
+        return {split: file_fingerprint(self._split_path(split)) for split in SPLITS}
+
+    def demonstrations(self, *, seed: int, count: int) -> list[art.Trajectory]:
+        return []
+
+
 class UnknownEnvironmentError(LookupError):
     """No environment of that name is installed."""
+
+
+class EnvironmentConfigError(ValueError):
+    """The arguments given for an environment do not fit its constructor."""
 
 
 def available() -> dict[str, Any]:
@@ -57,13 +122,33 @@ def available() -> dict[str, Any]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
-def load(name: str) -> Environment:
-    """An instance of the environment registered as ``name``.
+def arguments_of(cls: type) -> dict[str, Any]:
+    """The keyword arguments an environment class takes, with their defaults (None when required)."""
+    return {
+        p.name: None if p.default is p.empty else p.default
+        for p in inspect.signature(cls).parameters.values()
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+    }
 
-    Raises UnknownEnvironmentError naming the installed ones.
+
+def load(name: str, args: dict[str, Any] | None = None) -> Environment:
+    """An instance of the environment registered as ``name``, built with keyword ``args``.
+
+    Raises UnknownEnvironmentError naming the installed ones, and EnvironmentConfigError for
+    arguments the environment does not take or rejects.
     """
     found = available()
     if name not in found:
         installed = ", ".join(sorted(found)) or "none (is the package installed with pip install -e .?)"
         raise UnknownEnvironmentError(f"unknown environment {name!r}; installed: {installed}")
-    return found[name].load()()
+    cls = found[name].load()
+    args = dict(args or {})
+    accepted = arguments_of(cls)
+    unknown = sorted(set(args) - set(accepted))
+    if unknown:
+        takes = ", ".join(sorted(accepted)) or "no arguments"
+        raise EnvironmentConfigError(f"environment {name!r} takes {takes}; got unknown {', '.join(unknown)}")
+    try:
+        return cls(**args)
+    except (TypeError, ValueError) as exc:
+        raise EnvironmentConfigError(f"environment {name!r}: {exc}") from exc

@@ -38,6 +38,8 @@ class MathEnvironment:
     version = "1.0.0"
     scorer_name = SCORER_NAME
     scorer_version = SCORER_VERSION
+    warm_start_examples = 51_200
+    tools = ()
 
     def scenarios(self, split: str) -> tuple[dict[str, Any], ...]:
         return _load_split(split)

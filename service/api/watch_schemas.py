@@ -63,6 +63,11 @@ class EnvironmentPublic(BaseModel):
     scorer_name: str | None = None
     scorer_version: str | None = None
     splits: dict[str, SplitPublic] = Field(default_factory=dict, description="train, val, test... by name.")
+    arguments: dict[str, Any] = Field(
+        default_factory=dict, description="What a job's environment_args may set, with the defaults (null: required)."
+    )
+    tools: list[str] = Field(default_factory=list, description="Names of the tools its rollouts offer the policy.")
+    warm_start_examples: int | None = Field(None, description="Demonstrations a warm start uses unless the job says otherwise.")
     error: str | None = Field(None, description="Why the environment could not be loaded (the rest is then empty).")
 
 

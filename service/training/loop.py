@@ -23,7 +23,7 @@ import environments
 from environments.base import Environment, Sampling
 from service.alerts import check_alerts
 from service.backends import make_backend
-from service.spec import JobSpec
+from service.spec import DEFAULT_BASE_MODEL, JobSpec
 from service.store import runs
 from service.store.tables import Alert, Job, JobStatus, StopReason
 from service.training.schedule import cosine_schedule
@@ -99,9 +99,12 @@ def _completion_chars(trajectory: art.Trajectory) -> int:
 
 async def _warm_start(run: _Run) -> None:
     """Supervised warm start on the environment's demonstrations, once per model."""
-    if (run.model.read_state() or {}).get(WARM_START_STATE_KEY) or run.spec.training.warm_start_examples == 0:
+    count = run.spec.training.warm_start_examples
+    if count is None:
+        count = getattr(run.env, "warm_start_examples", 0)
+    if (run.model.read_state() or {}).get(WARM_START_STATE_KEY) or count == 0:
         return
-    demos = run.env.demonstrations(seed=run.spec.seed, count=run.spec.training.warm_start_examples)
+    demos = run.env.demonstrations(seed=run.spec.seed, count=count)
     if not demos:
         return
     batches = -(-len(demos) // 64)
@@ -271,12 +274,19 @@ def _finish(
         return job
 
 
-def model_for(job_id: str, spec: JobSpec, data_dir: Path) -> art.TrainableModel:
+def base_model_for(spec: JobSpec, env: Environment) -> str:
+    """The job's base model, or the embedded architecture the environment recommends."""
+    if spec.model.base_model is not None:
+        return spec.model.base_model
+    return getattr(env, "embedded_base_model", None) or DEFAULT_BASE_MODEL
+
+
+def model_for(job_id: str, spec: JobSpec, env: Environment, data_dir: Path) -> art.TrainableModel:
     """The ART model a job trains: one per job, so concurrent jobs never share checkpoints."""
     return art.TrainableModel(
         name=f"{spec.model.name}-{job_id[:8]}",
         project="artsvc",
-        base_model=spec.model.base_model,
+        base_model=base_model_for(spec, env),
         base_path=str(data_dir / "art"),
     )
 
@@ -299,9 +309,9 @@ async def run_job(job_id: str, *, db: Engine, data_dir: Path, hooks: JobHooks | 
         session.commit()
     backend: art.Backend | None = None
     try:
-        env = environments.load(spec.environment)
+        env = environments.load(spec.environment, spec.environment_args)
         backend = make_backend(spec.model.backend, data_dir=data_dir, seed=spec.seed)
-        run = _Run(job_id, spec, env, model_for(job_id, spec, data_dir), backend, db, hooks)
+        run = _Run(job_id, spec, env, model_for(job_id, spec, env, data_dir), backend, db, hooks)
         await run.model.register(backend)
         await _warm_start(run)
         step = await _resume_point(run)

@@ -14,7 +14,7 @@ from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenL
 
 from service.backends.embedded import EmbeddedBackend
 from service.backends.embedded.objectives import token_logprobs
-from service.backends.embedded.sequences import collate, tokenize_trajectory
+from service.backends.embedded.sequences import collate, trajectory_windows
 
 TINY = "embedded/char-gpt-0.2m"
 PROMPT = [{"role": "user", "content": "What is 3 + 4?"}]
@@ -30,7 +30,9 @@ async def _registered(tmp_path, name="policy", seed=0):
 def completion_logprob(backend: EmbeddedBackend, model: art.TrainableModel, text: str) -> float:
     """Log-probability the live policy gives ``text`` (and ending its turn) after PROMPT."""
     policy = backend._engines[model.name].policy
-    seq = tokenize_trajectory([*PROMPT, {"role": "assistant", "content": text}], train_on_messages=True)
+    (seq,) = trajectory_windows(
+        [*PROMPT, {"role": "assistant", "content": text}], block_size=policy.config.block_size, train_on_messages=True
+    )
     batch = collate([seq], policy.config.block_size)
     with torch.no_grad():
         chosen, _ = token_logprobs(policy.eval(), batch)
@@ -40,7 +42,9 @@ def completion_logprob(backend: EmbeddedBackend, model: art.TrainableModel, text
 def sampled_choice(backend, model, text: str) -> Choice:
     """A Choice as the server would return it for ``text``, with the policy's own logprobs."""
     policy = backend._engines[model.name].policy
-    seq = tokenize_trajectory([*PROMPT, {"role": "assistant", "content": text}], train_on_messages=True)
+    (seq,) = trajectory_windows(
+        [*PROMPT, {"role": "assistant", "content": text}], block_size=policy.config.block_size, train_on_messages=True
+    )
     with torch.no_grad():
         chosen, _ = token_logprobs(policy.eval(), collate([seq], policy.config.block_size))
     per_token = chosen[0][torch.tensor(seq.trainable[1:], dtype=torch.bool)].tolist()[: len(text)]

@@ -1,23 +1,43 @@
-"""How trajectories become training tokens: what is trainable, and what survives truncation."""
+"""How trajectories become training windows: what is trainable, what context each turn gets."""
 
 import math
 
-from openai.types.chat.chat_completion import Choice
-from openai.types.chat.chat_completion_message import ChatCompletionMessage
+from art.trajectories import get_messages
 
-from service.backends.embedded.sequences import collate, tokenize_trajectory
+from openai.types.chat.chat_completion import Choice, ChoiceLogprobs
+from openai.types.chat.chat_completion_message import ChatCompletionMessage
+from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenLogprob
+
+from service.backends.embedded import toolcalls
+from service.backends.embedded.sequences import collate, trajectory_windows
 from service.backends.embedded.tokenizer import ASSISTANT, EOT, UNK, decode, encode_text, render_prompt
 
 
-def choice(text: str, finish_reason: str = "stop", stop_reason: str | None = None) -> Choice:
-    c = Choice(index=0, finish_reason=finish_reason, message=ChatCompletionMessage(role="assistant", content=text))
-    if stop_reason is not None:
-        c.stop_reason = stop_reason  # as the embedded server reports it
+def choice(
+    text: str, finish_reason: str = "stop", stop_reason: str | None = None, context_tokens: int | None = None, tools=False
+) -> Choice:
+    """A Choice as the embedded server returns it for ``text`` (logprobs list every emitted character)."""
+    entries = [ChatCompletionTokenLogprob(token=c, logprob=-0.5, bytes=list(c.encode()), top_logprobs=[]) for c in text]
+    parsed = toolcalls.parse(text, call_id_prefix="call") if tools else toolcalls.ParsedReply(text, [])
+    message = ChatCompletionMessage(role="assistant", content=parsed.content, tool_calls=parsed.tool_calls or None)
+    c = Choice(index=0, finish_reason=finish_reason, message=message, logprobs=ChoiceLogprobs(content=entries))
+    c.stop_reason = stop_reason  # as the embedded server reports it
+    if context_tokens is not None:
+        c.context_tokens = context_tokens
     return c
 
 
 def trainable_text(seq) -> str:
     return decode(t for t, train in zip(seq.ids, seq.trainable) if train)
+
+
+def prompt_of(conversation) -> list[int]:
+    """What the server renders for the next turn of ``conversation`` (as a rollout sends it)."""
+    return render_prompt(get_messages(conversation))
+
+
+def windows(conversation, block_size=192, train_on_messages=False):
+    return trajectory_windows(conversation, block_size=block_size, train_on_messages=train_on_messages)
 
 
 def test_only_sampled_turns_are_trainable_in_rl_and_every_assistant_turn_in_sft():
@@ -29,30 +49,107 @@ def test_only_sampled_turns_are_trainable_in_rl_and_every_assistant_turn_in_sft(
         {"role": "tool", "content": "result"},
         choice("sampled two", finish_reason="length"),
     ]
-    rl = tokenize_trajectory(conversation, train_on_messages=False)
+    (rl,) = windows(conversation)
     assert trainable_text(rl) == "sampled onesampled two"
     # a turn that ended on <eot> trains the decision to stop; one cut by the length cap does not
     ends = [i for i, (t, train) in enumerate(zip(rl.ids, rl.trainable)) if train and t == EOT]
     assert len(ends) == 1
-    sft = tokenize_trajectory(conversation, train_on_messages=True)
+    (sft,) = windows(conversation, train_on_messages=True)
     assert trainable_text(sft) == "scriptedsampled onesampled two"
 
 
 def test_a_turn_ended_by_a_stop_string_does_not_train_end_of_turn():
-    seq = tokenize_trajectory([{"role": "user", "content": "q"}, choice("Final: 5", stop_reason="\n")], train_on_messages=False)
+    (seq,) = windows([{"role": "user", "content": "q"}, choice("Final: 5", stop_reason="\n")])
     assert EOT not in [t for t, train in zip(seq.ids, seq.trainable) if train]
 
 
-def test_missing_logprobs_are_marked_unknown():
-    seq = tokenize_trajectory([{"role": "user", "content": "q"}, choice("ab")], train_on_messages=False)
-    assert all(math.isnan(lp) for lp, train in zip(seq.old_logprobs, seq.trainable) if train)
+def test_logprobs_come_from_the_server_and_missing_ones_are_marked_unknown():
+    (seq,) = windows([{"role": "user", "content": "q"}, choice("ab")])
+    trained = [lp for lp, train in zip(seq.old_logprobs, seq.trainable) if train]
+    assert trained[:2] == [-0.5, -0.5] and math.isnan(trained[2])  # <eot> has no reported logprob
+    bare = Choice(index=0, finish_reason="stop", message=ChatCompletionMessage(role="assistant", content="ab"))
+    (seq,) = windows([{"role": "user", "content": "q"}, bare])
+    assert trainable_text(seq) == "ab" and all(math.isnan(lp) for lp, t in zip(seq.old_logprobs, seq.trainable) if t)
+
+
+def test_a_sampled_turn_is_trained_on_exactly_the_context_the_server_kept():
+    conversation = [{"role": "user", "content": "x" * 500}]
+    prompt = render_prompt(conversation)
+    kept = 40
+    (seq,) = windows([*conversation, choice("the latest reply", context_tokens=kept)], block_size=64)
+    assert seq.ids[:kept] == prompt[-kept:]  # the very tokens the sampler conditioned on, from position 0
+    assert trainable_text(seq) == "the latest reply"
+
+
+def test_every_turn_of_a_long_conversation_is_trained_once_within_the_context():
+    block = 64
+    conversation, prompt_lengths = [], []
+    for turn in range(12):
+        conversation.append({"role": "user", "content": f"board {turn} " + "." * 20})
+        prompt = prompt_of(conversation)
+        kept = min(len(prompt), block - 16)  # what the sampler keeps with max_tokens=16
+        prompt_lengths.append(kept)
+        conversation.append(choice(f"<move>{turn:02d}</move>", context_tokens=kept))
+    result = windows(conversation, block_size=block)
+    assert "".join(trainable_text(w) for w in result) == "".join(f"<move>{t:02d}</move>" for t in range(12))
+    assert all(len(w.ids) <= block + 1 for w in result)
+    for w in result:  # each window starts with the exact context its first turn was sampled with
+        first = trainable_text(w)[:11]
+        turn = int(first[6:8])
+        prompt = prompt_of(conversation[: 2 * turn + 1])
+        assert w.ids[: prompt_lengths[turn]] == prompt[-prompt_lengths[turn] :]
+
+
+def test_turns_that_saw_the_same_start_share_one_window():
+    conversation = [{"role": "user", "content": "q1"}]
+    conversation.append(choice("a1", context_tokens=len(prompt_of(conversation))))
+    conversation += [{"role": "user", "content": "q2"}, choice("a2", context_tokens=len(prompt_of([*conversation, {"role": "user", "content": "q2"}])))]
+    (seq,) = windows(conversation)
+    assert trainable_text(seq) == "a1a2"
+
+
+def test_demonstrations_are_packed_into_half_overlapping_windows():
+    conversation = []
+    for turn in range(30):
+        conversation += [{"role": "user", "content": f"b{turn:02d}" + "." * 10}, {"role": "assistant", "content": f"m{turn:02d}"}]
+    result = windows(conversation, block_size=64, train_on_messages=True)
+    assert "".join(trainable_text(w) for w in result) == "".join(f"m{t:02d}<eot>".replace("<eot>", "") for t in range(30))
+    assert len(result) < 30 and all(len(w.ids) <= 65 for w in result)
+
+
+def test_tool_calls_are_trained_as_written_and_rendered_back_the_same_way():
+    text = 'Looking.<tool_call>search_inbox {"keywords": "flight"}</tool_call>'
+    question = [{"role": "user", "content": "When?"}]
+    sampled = choice(text, finish_reason="tool_calls", tools=True, context_tokens=len(prompt_of(question)))
+    assert sampled.message.content == "Looking."
+    assert sampled.message.tool_calls[0].function.name == "search_inbox"
+    assert sampled.message.tool_calls[0].function.arguments == '{"keywords": "flight"}'
+    conversation = [*question, sampled, {"role": "tool", "tool_call_id": "call_0", "content": "a1 2024-01-02 Flight"}]
+    conversation.append(choice("Done", context_tokens=len(prompt_of(conversation))))
+    (seq,) = windows(conversation)  # rendered back exactly as written, so the next turn shares the window
+    assert trainable_text(seq) == text + "Done"
+
+
+def test_tool_call_convention_parses_only_complete_calls():
+    assert toolcalls.parse("no calls here", call_id_prefix="c").tool_calls == []
+    cut = toolcalls.parse('<tool_call>read_email {"message_id": "a1"', call_id_prefix="c")
+    assert cut.tool_calls == [] and cut.content.startswith("<tool_call>")
+    two = toolcalls.parse('<tool_call>a {}</tool_call><tool_call>b not json</tool_call>', call_id_prefix="c")
+    assert [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in two.tool_calls] == [
+        ("c_0", "a", "{}"),
+        ("c_1", "b", "not json"),
+    ]
+    assert two.content is None
+    bad_name = toolcalls.parse("<tool_call>9lives {}</tool_call>", call_id_prefix="c")
+    assert bad_name.tool_calls == []
+    calls = [{"function": {"name": "f", "arguments": {"x": 1}}}, "junk", {"function": None}]
+    assert toolcalls.render("", calls) == '<tool_call>f {"x": 1}</tool_call>'
 
 
 def test_long_conversations_are_truncated_from_the_left_keeping_the_latest_turn():
     conversation = [{"role": "user", "content": "x" * 500}, choice("the latest reply")]
-    seq = tokenize_trajectory(conversation, train_on_messages=False)
-    batch = collate([seq], block_size=64)
-    assert batch.inputs.shape == (1, 64)
+    batch = collate(windows(conversation, block_size=64), block_size=64)
+    assert batch.inputs.shape[1] <= 64
     assert decode(batch.targets[0][batch.mask[0] > 0].tolist()) == "the latest reply"
 
 

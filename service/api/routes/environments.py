@@ -36,7 +36,14 @@ def describe(name: str) -> EnvironmentPublic:
             for split, fingerprint in env.fingerprints().items()
         }
         versions = dict(version=env.version, scorer_name=env.scorer_name, scorer_version=env.scorer_version)
-        return EnvironmentPublic(name=name, splits=splits, **versions)
+        return EnvironmentPublic(
+            name=name,
+            splits=splits,
+            arguments=environments.arguments_of(type(env)),
+            tools=[tool["function"]["name"] for tool in getattr(env, "tools", ())],
+            warm_start_examples=getattr(env, "warm_start_examples", 0),
+            **versions,
+        )
     except Exception as exc:  # a broken plugin must not take the listing down
         logger.exception("environment %r failed to load", name)
         return EnvironmentPublic(name=name, error=f"failed to load: {type(exc).__name__}: {exc}"[:500])

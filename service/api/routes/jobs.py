@@ -62,6 +62,10 @@ def submit_job(
     if spec.environment not in installed_environments():
         names = ", ".join(installed_environments()) or "none"
         raise HTTPException(422, f"environment: unknown environment {spec.environment!r}; installed: {names}")
+    try:
+        environments.load(spec.environment, spec.environment_args)  # constructors are cheap by contract
+    except environments.EnvironmentConfigError as exc:
+        raise HTTPException(422, f"environment_args: {exc}") from None
     job, replayed = _create_once(session, spec=spec, caller=caller, key=idempotency_key)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"

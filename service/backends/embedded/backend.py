@@ -27,7 +27,7 @@ from service.backends.embedded.engine import PolicyEngine
 from service.backends.embedded.objectives import GRPOConfig, group_advantages
 from service.backends.embedded.policy import PRESETS
 from service.backends.embedded.sampler import Sample, SamplingRequest
-from service.backends.embedded.sequences import TokenSequence, tokenize_trajectory
+from service.backends.embedded.sequences import TokenSequence, trajectory_windows
 from service.backends.embedded.server import ServingError, build_app
 
 DEFAULT_SFT_BATCH_SIZE = 64
@@ -113,9 +113,11 @@ class EmbeddedBackend:
                 zero_variance += 1
                 continue
             for trajectory, advantage in zip(group.trajectories, advantages):
-                seq = tokenize_trajectory(trajectory.messages_and_choices, train_on_messages=False)
-                seq.advantage = advantage
-                sequences.append(seq)
+                for window in trajectory_windows(
+                    trajectory.messages_and_choices, block_size=engine.config.block_size, train_on_messages=False
+                ):
+                    window.advantage = advantage
+                    sequences.append(window)
         grpo = GRPOConfig(epsilon=epsilon, kl_penalty_coef=kl_penalty_coef)
         metrics = await self._run(
             engine.grpo_step, sequences, learning_rate=learning_rate, grpo=grpo, minibatches=minibatches
@@ -137,15 +139,23 @@ class EmbeddedBackend:
         dev_config: dev.TrainSFTConfig,
         verbose: bool = False,
     ) -> AsyncIterator[dict[str, float]]:
-        """Fine-tune on the trajectories' assistant turns, in order, one optimizer step per batch.
+        """Fine-tune on the trajectories' assistant turns, in order, one optimizer step per batch
+        of ``config.batch_size`` trajectories (each cut into context-sized windows).
 
         The result replaces the current checkpoint and becomes the KL reference. A run whose
         start weights, data and schedule were seen before is loaded from the cache instead.
         """
         engine = self._engine(model.name)
-        sequences = [tokenize_trajectory(t.messages_and_choices, train_on_messages=True) for t in trajectories]
+        per_trajectory = [
+            trajectory_windows(t.messages_and_choices, block_size=engine.config.block_size, train_on_messages=True)
+            for t in trajectories
+        ]
         batch_size = DEFAULT_SFT_BATCH_SIZE if config.batch_size == "auto" else int(config.batch_size)
-        batches = [sequences[i : i + batch_size] for i in range(0, len(sequences), batch_size)]
+        batches = [
+            [window for windows in per_trajectory[i : i + batch_size] for window in windows]
+            for i in range(0, len(per_trajectory), batch_size)
+        ]
+        sequences = [window for batch in batches for window in batch]
         rates = config.learning_rate if isinstance(config.learning_rate, list) else [config.learning_rate] * len(batches)
         if len(rates) != len(batches):
             raise ValueError(f"{len(rates)} learning rates given for {len(batches)} batches")

@@ -21,6 +21,24 @@ from service.backends.embedded.sampler import Sample, SamplingRequest, sample
 from service.backends.embedded.sequences import TokenSequence, collate
 
 MAX_GRAD_NORM = 1.0
+MICRO_BATCH_TOKENS = 16_384  # padded tokens per forward pass; bounds memory for long trajectories
+
+
+def micro_batches(sequences: Sequence[TokenSequence], block_size: int) -> list[list[TokenSequence]]:
+    """Consecutive runs of windows whose padded size stays within MICRO_BATCH_TOKENS."""
+    batches: list[list[TokenSequence]] = []
+    current: list[TokenSequence] = []
+    width = 0
+    for seq in sequences:
+        seq_width = min(len(seq.ids), block_size + 1)
+        if current and (len(current) + 1) * max(width, seq_width) > MICRO_BATCH_TOKENS:
+            batches.append(current)
+            current, width = [], 0
+        current.append(seq)
+        width = max(width, seq_width)
+    if current:
+        batches.append(current)
+    return batches
 
 
 class PolicyEngine:
@@ -103,15 +121,29 @@ class PolicyEngine:
         """Fine-tuning trains every weight with an optimizer of its own."""
         self.optimizer = None
 
+    def _accumulate(self, sequences: Sequence[TokenSequence], loss_fn) -> dict[str, float]:
+        """Backpropagate ``loss_fn`` over micro-batches of ``sequences``; token-averaged metrics.
+
+        ``loss_fn(batch, total_tokens)`` returns a loss already divided by the whole set's trainable
+        tokens and diagnostics summed over the micro-batch's tokens.
+        """
+        total = float(sum(s.truncated(self.config.block_size).trainable_tokens() for s in sequences)) or 1.0
+        sums: dict[str, float] = {}
+        for chunk in micro_batches(sequences, self.config.block_size):
+            loss, chunk_sums = loss_fn(collate(chunk, self.config.block_size), total)
+            loss.backward()
+            for key, value in chunk_sums.items():
+                sums[key] = sums.get(key, 0.0) + value
+        return {**{key: value / total for key, value in sums.items()}, "trainable_tokens": total}
+
     def sft_step(self, batch: Sequence[TokenSequence], learning_rate: float) -> dict[str, float]:
         if self.optimizer is None:
             self.optimizer = self._new_optimizer(learning_rate, rl=False)
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
         self.policy.train()
-        loss, metrics = sft_loss(self.policy, collate(list(batch), self.config.block_size))
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        metrics = self._accumulate(batch, lambda b, total: sft_loss(self.policy, b, total))
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), MAX_GRAD_NORM)
         self.optimizer.step()
         return {**metrics, "grad_norm": float(grad_norm), "learning_rate": learning_rate}
@@ -143,11 +175,10 @@ class PolicyEngine:
             per_batch: list[dict[str, float]] = []
             size = math.ceil(len(sequences) / max(1, minibatches))
             for start in range(0, len(sequences), size):
-                loss, batch_metrics = grpo_loss(
-                    self.policy, self.reference, collate(list(sequences[start : start + size]), self.config.block_size), grpo
-                )
                 self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                batch_metrics = self._accumulate(
+                    sequences[start : start + size], lambda b, total: grpo_loss(self.policy, self.reference, b, grpo, total)
+                )
                 batch_metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.policy.rl_parameters(), MAX_GRAD_NORM))
                 self.optimizer.step()
                 per_batch.append(batch_metrics)

@@ -25,8 +25,8 @@ def token_logprobs(policy: CharGPT, batch: Batch) -> tuple[torch.Tensor, torch.T
     return chosen.masked_fill(batch.mask == 0, 0.0), logprobs  # padding targets are -inf: zero them
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (values * mask).sum() / mask.sum().clamp(min=1.0)
+def masked_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (values * mask).sum()
 
 
 def entropy(distributions: torch.Tensor) -> torch.Tensor:
@@ -35,11 +35,15 @@ def entropy(distributions: torch.Tensor) -> torch.Tensor:
     return -(probs * distributions.nan_to_num(neginf=0.0)).sum(-1)
 
 
-def sft_loss(policy: CharGPT, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
-    """Mean negative log-likelihood of the trainable tokens."""
+def sft_loss(policy: CharGPT, batch: Batch, total_tokens: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """This micro-batch's share of the mean negative log-likelihood over ``total_tokens`` trainable tokens.
+
+    Losses of micro-batches divided by the whole batch's token count add up to the batch mean,
+    so gradients accumulated over micro-batches equal one pass over the batch.
+    """
     chosen, _ = token_logprobs(policy, batch)
-    loss = -masked_mean(chosen, batch.mask)
-    return loss, {"loss": float(loss.detach()), "trainable_tokens": float(batch.mask.sum())}
+    nll = -masked_sum(chosen, batch.mask)
+    return nll / total_tokens, {"loss": float(nll.detach())}
 
 
 def group_advantages(rewards: Iterable[float], *, scale: bool = True) -> list[float] | None:
@@ -60,16 +64,20 @@ class GRPOConfig:
 
 
 def grpo_loss(
-    policy: CharGPT, reference: CharGPT | None, batch: Batch, config: GRPOConfig
+    policy: CharGPT, reference: CharGPT | None, batch: Batch, config: GRPOConfig, total_tokens: float
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Clipped policy-gradient loss over the trainable tokens of ``batch``, with diagnostics."""
+    """This micro-batch's share of the clipped policy-gradient loss, with diagnostics as token sums.
+
+    Like :func:`sft_loss`, the loss is divided by the trainable tokens of the whole batch; the
+    diagnostics are sums over this micro-batch's trainable tokens, for the caller to average.
+    """
     new, distributions = token_logprobs(policy, batch)
     old = torch.where(batch.old_logprobs.isnan(), new.detach(), batch.old_logprobs)
     ratio = (new - old).exp()
     advantages = batch.advantages[:, None]
     unclipped = ratio * advantages
     clipped = ratio.clamp(1 - config.epsilon, 1 + config.epsilon) * advantages
-    policy_loss = -masked_mean(torch.minimum(unclipped, clipped), batch.mask)
+    policy_loss = -masked_sum(torch.minimum(unclipped, clipped), batch.mask)
 
     kl = torch.zeros_like(new)
     if reference is not None:
@@ -77,18 +85,16 @@ def grpo_loss(
             ref, _ = token_logprobs(reference, batch)
         log_ratio = ref - new
         kl = log_ratio.exp() - log_ratio - 1  # k3: unbiased, non-negative estimate of KL(policy || ref)
-    kl_mean = masked_mean(kl, batch.mask)
-    loss = policy_loss + config.kl_penalty_coef * kl_mean
+    kl_sum = masked_sum(kl, batch.mask)
+    loss = (policy_loss + config.kl_penalty_coef * kl_sum) / total_tokens
 
     with torch.no_grad():
-        clip_fraction = masked_mean(((ratio - 1).abs() > config.epsilon).float(), batch.mask)
-        metrics = {
-            "loss": float(loss.detach()),
-            "policy_loss": float(policy_loss.detach()),
-            "kl": float(kl_mean.detach()),
-            "entropy": float(masked_mean(entropy(distributions), batch.mask)),
-            "clip_fraction": float(clip_fraction),
-            "ratio_mean": float(masked_mean(ratio, batch.mask)),
-            "trainable_tokens": float(batch.mask.sum()),
+        sums = {
+            "loss": policy_loss + config.kl_penalty_coef * kl_sum,
+            "policy_loss": policy_loss,
+            "kl": kl_sum,
+            "entropy": masked_sum(entropy(distributions), batch.mask),
+            "clip_fraction": masked_sum(((ratio - 1).abs() > config.epsilon).float(), batch.mask),
+            "ratio_mean": masked_sum(ratio, batch.mask),
         }
-    return loss, metrics
+    return loss, {key: float(value.detach()) for key, value in sums.items()}

@@ -36,6 +36,8 @@ class PolicyConfig:
 PRESETS: dict[str, PolicyConfig] = {
     "embedded/char-gpt-0.8m": PolicyConfig(),
     "embedded/char-gpt-0.2m": PolicyConfig(n_layer=3, n_head=4, n_embd=64),
+    # Agent conversations (tool calls and their results) need room: 1024 characters of context.
+    "embedded/char-gpt-0.8m-1k": PolicyConfig(block_size=1024),
 }
 DEFAULT_BASE_MODEL = "embedded/char-gpt-0.8m"
 

@@ -34,6 +34,7 @@ class Sample:
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
     finish_reason: str = "length"  # "stop" on <eot> or a stop string
     stop_reason: str | None = None  # the stop string that ended the text, None for <eot>
+    context_tokens: int = 0  # prompt tokens the sample was conditioned on, after left truncation
 
 
 def _stop_hit(text: str, stop: tuple[str, ...]) -> str | None:
@@ -53,7 +54,7 @@ def sample(policy: CharGPT, request: SamplingRequest) -> list[Sample]:
     prompt = request.prompt_ids[-(block - max_tokens) :]
     seed = request.seed if request.seed is not None else secrets.randbits(63)
     generator = torch.Generator().manual_seed(seed)
-    samples = [Sample() for _ in range(request.n)]
+    samples = [Sample(context_tokens=len(prompt)) for _ in range(request.n)]
     active = list(range(request.n))
 
     idx = torch.tensor([prompt] * request.n, dtype=torch.long)

@@ -1,8 +1,14 @@
 """An OpenAI-compatible ``/v1/chat/completions`` endpoint in front of the embedded policies.
 
 Supports ``n``, ``temperature``, ``max_tokens`` (or ``max_completion_tokens``), ``stop``, ``seed``,
-``logprobs`` and ``top_logprobs``. Models are addressed as ``name`` (latest step) or
-``name@step``. Errors use OpenAI's error envelope so OpenAI clients raise their usual exceptions.
+``logprobs``, ``top_logprobs`` and tool calls (written by the policy in the text convention of
+:mod:`toolcalls`, returned as OpenAI ``tool_calls``). Models are addressed as ``name`` (latest
+step) or ``name@step``. Errors use OpenAI's error envelope so OpenAI clients raise their usual
+exceptions.
+
+Each choice also carries ``context_tokens``: how many prompt tokens the policy was conditioned on
+after left truncation. The trainer rebuilds exactly that context, so the logprobs it optimises
+are the ones the server sampled with.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.backends.embedded import toolcalls
 from service.backends.embedded.sampler import Sample, SamplingRequest
 from service.backends.embedded.tokenizer import decode_token, render_prompt
 
@@ -36,6 +43,7 @@ class ChatCompletionRequest(BaseModel):
     seed: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
+    tools: list[dict[str, Any]] | None = None  # enables parsing tool calls out of the policy's text
 
 
 class ServingError(Exception):
@@ -62,16 +70,24 @@ def _logprob_entry(token_id: int, logprob: float, top: list[tuple[int, float]] |
     return entry
 
 
-def _choice(index: int, s: Sample, request: ChatCompletionRequest) -> dict[str, Any]:
+def _choice(index: int, s: Sample, request: ChatCompletionRequest, completion_id: str) -> dict[str, Any]:
     logprobs = None
     if request.logprobs:
         tops = s.top_logprobs if request.top_logprobs else [None] * len(s.token_ids)
         logprobs = {"content": [_logprob_entry(t, lp, top) for t, lp, top in zip(s.token_ids, s.logprobs, tops)]}
+    message: dict[str, Any] = {"role": "assistant", "content": s.text}
+    finish_reason = s.finish_reason
+    if request.tools:
+        reply = toolcalls.parse(s.text, call_id_prefix=f"call_{completion_id}_{index}")
+        if reply.tool_calls:
+            message = {"role": "assistant", "content": reply.content, "tool_calls": reply.tool_calls}
+            finish_reason = "tool_calls" if s.finish_reason == "stop" else s.finish_reason
     return {
         "index": index,
-        "message": {"role": "assistant", "content": s.text},
-        "finish_reason": s.finish_reason,
+        "message": message,
+        "finish_reason": finish_reason,
         "stop_reason": s.stop_reason,  # as vLLM reports it: the stop string, or None for end of turn
+        "context_tokens": s.context_tokens,
         "logprobs": logprobs,
     }
 
@@ -108,12 +124,13 @@ def build_app(generate: Generate, api_key: str) -> FastAPI:
         )
         model_name, samples = await generate(request.model, sampling)
         completion_tokens = sum(len(s.token_ids) + (s.finish_reason == "stop") for s in samples)
+        completion_id = secrets.token_hex(12)
         return {
-            "id": f"chatcmpl-{secrets.token_hex(12)}",
+            "id": f"chatcmpl-{completion_id}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": model_name,
-            "choices": [_choice(i, s, request) for i, s in enumerate(samples)],
+            "choices": [_choice(i, s, request, completion_id) for i, s in enumerate(samples)],
             "usage": {
                 "prompt_tokens": len(sampling.prompt_ids),
                 "completion_tokens": completion_tokens,

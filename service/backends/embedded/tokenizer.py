@@ -2,14 +2,20 @@
 
 One token per printable ASCII character, plus a few special tokens that frame chat turns.
 A conversation renders as ``<role> content <eot>`` per message, and a generation prompt ends
-with ``<assistant>``. Characters outside the vocabulary become ``<unk>`` on the prompt side;
-the policy can only *emit* ASCII characters and ``<eot>``.
+with ``<assistant>``. An assistant turn's tool calls render after its content in the text
+convention of :mod:`toolcalls`; tool results are ``<tool>`` turns. Tool *definitions* are not
+rendered: a 192-character context has no room for JSON schemas, so the embedded policy learns
+its tools from demonstrations (a GPU model's chat template renders them as usual). Characters
+outside the vocabulary become ``<unk>`` on the prompt side; the policy can only *emit* ASCII
+characters and ``<eot>``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from service.backends.embedded import toolcalls
 
 PAD, EOT, SYSTEM, USER, ASSISTANT, TOOL, UNK = range(7)
 SPECIAL_TOKENS = ("<pad>", "<eot>", "<system>", "<user>", "<assistant>", "<tool>", "<unk>")
@@ -42,6 +48,8 @@ def render_message(message: Mapping[str, Any]) -> list[int]:
     content = message.get("content") or ""
     if not isinstance(content, str):  # OpenAI content parts: keep the text parts
         content = "".join(part.get("text", "") for part in content if isinstance(part, Mapping))
+    if role == ASSISTANT and message.get("tool_calls"):
+        content = toolcalls.render(content, message["tool_calls"])
     return [role, *encode_text(content), EOT]
 
 

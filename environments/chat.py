@@ -1,0 +1,39 @@
+"""One assistant turn of a rollout: the request every environment makes of its policy.
+
+Environments that talk to the policy over several turns call :func:`complete` once per turn
+with the conversation so far (``trajectory.messages()``) and append the returned ``Choice`` to
+the trajectory. Logprobs are always requested: trainers need the behaviour policy's logprob of
+every sampled token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import art
+from openai.types.chat.chat_completion import Choice
+
+from environments.base import Sampling
+
+
+async def complete(
+    model: art.Model,
+    messages: Sequence[dict[str, Any]],
+    sampling: Sampling,
+    *,
+    max_tokens: int,
+    tools: Sequence[dict[str, Any]] | None = None,
+) -> Choice:
+    """The policy's next turn after ``messages``; ``sampling.max_tokens`` overrides ``max_tokens``."""
+    extra: dict[str, Any] = {"tools": list(tools)} if tools else {}
+    response = await model.openai_client().chat.completions.create(
+        model=model.get_inference_name(),
+        messages=list(messages),
+        max_tokens=sampling.max_tokens or max_tokens,
+        temperature=sampling.temperature,
+        seed=sampling.seed,
+        logprobs=True,
+        **extra,
+    )
+    return response.choices[0]
