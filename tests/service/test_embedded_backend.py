@@ -15,6 +15,7 @@ from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenL
 from service.backends.embedded import EmbeddedBackend
 from service.backends.embedded.objectives import token_logprobs
 from service.backends.embedded.sequences import collate, trajectory_windows
+from service.backends.embedded.tokenizer import decode, render_prompt
 
 TINY = "embedded/char-gpt-0.2m"
 PROMPT = [{"role": "user", "content": "What is 3 + 4?"}]
@@ -232,3 +233,38 @@ def test_warm_start_learns_the_demonstrations_and_is_cached(tmp_path):
     _, cached_after, cached_metrics = asyncio.run(warm_start(second_root))
     assert cached_metrics == [{"cache_hit": 1.0, "batches": 8.0}]
     assert cached_after == pytest.approx(after, abs=1e-6)
+
+
+SEARCH_TOOL = {"type": "function", "function": {"name": "read_email", "parameters": {"type": "object"}}}
+
+
+def test_a_policy_taught_to_call_a_tool_answers_with_openai_tool_calls(tmp_path):
+    """Demonstrations with tool_calls render in the text convention; the server parses them back."""
+    call = {"id": "c0", "type": "function", "function": {"name": "read_email", "arguments": '{"id": "a1"}'}}
+    conversation = [*PROMPT, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    demos = [art.Trajectory(messages_and_choices=conversation)] * 512
+
+    async def scenario():
+        backend, model = await _registered(tmp_path)
+        try:
+            config = art.TrainSFTConfig(learning_rate=3e-3, batch_size=32)
+            _ = [m async for m in backend._train_sft(model, demos, config, {}, False)]
+            client = model.openai_client()
+            ask = dict(model=model.get_inference_name(), messages=PROMPT, temperature=0, max_tokens=48, logprobs=True)
+            with_tools = await client.chat.completions.create(**ask, tools=[SEARCH_TOOL])
+            without_tools = await client.chat.completions.create(**ask)
+            return with_tools.choices[0], without_tools.choices[0]
+        finally:
+            await backend.close()
+
+    parsed, raw = asyncio.run(scenario())
+    assert raw.message.content == '<tool_call>read_email {"id": "a1"}</tool_call>'
+    assert parsed.finish_reason == "tool_calls" and parsed.message.content is None
+    (tool_call,) = parsed.message.tool_calls
+    assert (tool_call.function.name, tool_call.function.arguments) == ("read_email", '{"id": "a1"}')
+    assert parsed.context_tokens == len(render_prompt(PROMPT))
+    # what the trainer rebuilds from the sampled turn is the text the policy wrote, logprobs included
+    (window,) = trajectory_windows([*PROMPT, parsed], block_size=192, train_on_messages=False)
+    trained = [(t, lp) for t, lp, flag in zip(window.ids, window.old_logprobs, window.trainable) if flag]
+    assert decode(t for t, _ in trained) == raw.message.content
+    assert [lp for _, lp in trained[:-1]] == [e.logprob for e in parsed.logprobs.content]
