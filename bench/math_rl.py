@@ -11,57 +11,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import resource
-import sqlite3
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from env_rl import RESULTS, machine, train_and_read
+
 FORMAT_OUTCOMES = ("missing_prefix", "extra_whitespace", "not_single_line", "leading_zeros", "not_integer")
-
-
-def machine() -> str:
-    return f"{os.cpu_count()} CPU cores ({platform.machine()}), Python {platform.python_version()}, {platform.system()}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
     args, extra = parser.parse_known_args()
-    with tempfile.TemporaryDirectory(prefix="artsvc-bench-") as data_dir:
-        env = {**os.environ, "ARTSVC_DATA_DIR": data_dir, "ARTSVC_DATABASE_URL": ""}
-        env.pop("ARTSVC_DATABASE_URL")
-        command = [sys.executable, "-m", "service", "train", "--env", "math", "--seed", str(args.seed), "--json", *extra]
-        started = time.monotonic()
-        completed = subprocess.run(command, env=env, capture_output=True, text=True)
-        wall = time.monotonic() - started
-        if completed.returncode != 0:
-            sys.exit(f"training failed ({completed.returncode}):\n{completed.stderr[-3000:]}")
-        peak_rss_gib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024**2
-        summary = json.loads(completed.stdout.strip().splitlines()[-1])
-        with sqlite3.connect(Path(data_dir) / "artsvc.db") as db:
-            points = [
-                {"step": s, "accuracy": a, "greedy_accuracy": g, "outcomes": json.loads(o)}
-                for s, a, g, o in db.execute(
-                    "select step, accuracy, greedy_accuracy, outcomes from validation_points where job_id = ? order by step",
-                    (summary["id"],),
-                )
-            ]
+    result = train_and_read("math", args.seed, extra)
+    summary, points, wall, peak_rss_gib = result["summary"], result["validation"], result["wall_time_s"], result["peak_rss_gib"]
     best = next(p for p in points if p["step"] == summary["best_step"])
-    result = {
-        "machine": machine(),
-        "command": " ".join(command[2:]),
-        "seed": args.seed,
-        "wall_time_s": round(wall, 1),
-        "peak_rss_gib": round(peak_rss_gib, 2),
-        "summary": summary,
-        "validation": points,
-    }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "math_rl.json").write_text(json.dumps(result, indent=2) + "\n")
 

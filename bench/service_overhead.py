@@ -31,7 +31,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 sys.path.insert(0, str(ROOT / "bench"))
-from math_rl import machine  # noqa: E402
+from env_rl import machine  # noqa: E402
 
 
 def free_port() -> int:

@@ -1,0 +1,98 @@
+"""Benchmark: ``artsvc train --env NAME`` end to end, for any environment.
+
+Runs the job in a fresh data directory (so the warm start is really trained, not cached),
+records wall time and peak memory, reads the validation and step series back from the store,
+and writes ``bench/results/<env>_rl.json`` plus Markdown rows for README's Results.
+
+    python bench/env_rl.py --env 2048 [--seed 0] [extra artsvc train flags, e.g. --env-arg target_tile=64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> str:
+    return f"{os.cpu_count()} CPU cores ({platform.machine()}), Python {platform.python_version()}, {platform.system()}"
+
+
+def train_and_read(env_name: str, seed: int, extra: list[str]) -> dict[str, Any]:
+    """Run the job in a fresh data dir; its command, wall time, peak RSS, summary, steps and validation points."""
+    with tempfile.TemporaryDirectory(prefix="artsvc-bench-") as data_dir:
+        env = {k: v for k, v in os.environ.items() if k != "ARTSVC_DATABASE_URL"}
+        env["ARTSVC_DATA_DIR"] = data_dir
+        command = [sys.executable, "-m", "service", "train", "--env", env_name, "--seed", str(seed), "--json", *extra]
+        started = time.monotonic()
+        completed = subprocess.run(command, env=env, capture_output=True, text=True)
+        wall = time.monotonic() - started
+        if completed.returncode != 0:
+            sys.exit(f"training failed ({completed.returncode}):\n{completed.stderr[-3000:]}")
+        summary = json.loads(completed.stdout.strip().splitlines()[-1])
+        with sqlite3.connect(Path(data_dir) / "artsvc.db") as db:
+            points = [
+                {"step": s, "accuracy": a, "greedy_accuracy": g, "outcomes": json.loads(o)}
+                for s, a, g, o in db.execute(
+                    "select step, accuracy, greedy_accuracy, outcomes from validation_points where job_id = ? order by step",
+                    (summary["id"],),
+                )
+            ]
+            steps = [
+                {"step": s, "reward_mean": r, "wall_time_s": w}
+                for s, r, w in db.execute(
+                    "select step, reward_mean, wall_time_s from training_steps where job_id = ? order by step", (summary["id"],)
+                )
+            ]
+    return {
+        "machine": machine(),
+        "command": " ".join(command[2:]),
+        "seed": seed,
+        "wall_time_s": round(wall, 1),
+        "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024**2, 2),
+        "summary": summary,
+        "validation": points,
+        "steps": steps,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    args, extra = parser.parse_known_args()
+    result = train_and_read(args.env, args.seed, extra)
+    RESULTS.mkdir(exist_ok=True)
+    name = "twenty48" if args.env == "2048" else args.env
+    (RESULTS / f"{name}_rl.json").write_text(json.dumps(result, indent=2) + "\n")
+    summary, points = result["summary"], result["validation"]
+    best = next(p for p in points if p["step"] == summary["best_step"])
+    step0 = points[0]
+    print("| env | step-0 val acc (greedy) | best val acc (greedy) | best step | steps | stop | wall time | peak RSS |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print(
+        f"| {args.env} | {step0['accuracy']:.3f} ({step0['greedy_accuracy']:.3f}) | {best['accuracy']:.3f} "
+        f"({best['greedy_accuracy']:.3f}) | {summary['best_step']} | {summary['step']} | {summary['stop_reason']} "
+        f"| {result['wall_time_s'] / 60:.1f} min | {result['peak_rss_gib']:.2f} GiB |"
+    )
+    print(f"\n{result['command']}\n{result['machine']}\n")
+    print("| step | val acc | greedy | outcomes |")
+    print("| --- | --- | --- | --- |")
+    for p in points:
+        outcomes = ", ".join(f"{k} {v}" for k, v in p["outcomes"].items())
+        print(f"| {p['step']} | {p['accuracy']:.3f} | {p['greedy_accuracy']:.3f} | {outcomes} |")
+
+
+if __name__ == "__main__":
+    main()
