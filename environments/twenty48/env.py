@@ -1,0 +1,111 @@
+"""The 2048 environment: a whole game per rollout, one move per assistant turn."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from typing import Any
+
+import art
+
+from environments.base import BaseEnvironment, Sampling
+from environments.chat import complete
+from environments.twenty48 import scoring
+from environments.twenty48.engine import Board, board_sum, is_game_over, max_tile, new_game
+from environments.twenty48.player import play
+from environments.twenty48.render import format_move, parse_move, render
+from environments.twenty48.scenarios import SCENARIO_DIR
+
+MAX_TOKENS = 24  # "<move>right</move>" is 18 characters; a little room so near misses are seen, not cut
+TARGET_TILES = tuple(2**k for k in range(3, 12))  # 8 .. 2048
+
+
+class Twenty48Environment(BaseEnvironment):
+    """Reach ``target_tile`` on a 4x4 board, one ``<move>DIRECTION</move>`` reply per turn.
+
+    Each turn the user message is the board alone (see :mod:`environments.twenty48.render`);
+    there is no system prompt because the small embedded policy reads one token per character
+    and would pay for the instructions on every turn. The reply format is taught by the
+    warm-start demonstrations and enforced by the game: an unparseable reply, or a move that
+    does not change the board, ends the game with a penalty. The game is won when a tile
+    reaches ``target_tile`` and lost when no move is left or after ``max_turns`` moves.
+    """
+
+    name = "2048"
+    version = "1.0.0"
+    scorer_name = scoring.SCORER_NAME
+    scorer_version = scoring.SCORER_VERSION
+    scenario_dir = SCENARIO_DIR
+    tools = ()
+    # Whole games of ~95 turns at target 128. The trainer cuts a game into ~46 windows of up to
+    # 193 tokens (~7,700 tokens), about 0.5 s of fine-tuning on two CPU cores, so 500 games are a
+    # warm start of a few minutes and ~47,000 demonstrated moves: as many replies as the math
+    # environment's warm start, on about twice its tokens (a move is trained with earlier turns as context).
+    warm_start_examples = 500
+
+    def __init__(self, *, target_tile: int = 128, max_turns: int | None = None) -> None:
+        if isinstance(target_tile, bool) or not isinstance(target_tile, int) or target_tile not in TARGET_TILES:
+            raise ValueError(f"target_tile must be a power of two from 8 to 2048, got {target_tile!r}")
+        if max_turns is None:
+            max_turns = 2 * target_tile  # a good player needs about 0.75 * target_tile moves
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+            raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
+        self.target_tile = target_tile
+        self.max_turns = max_turns
+
+    async def rollout(self, model: art.Model, scenario: dict[str, Any], sampling: Sampling) -> art.Trajectory:
+        game = new_game(int(scenario["seed"]))
+        trajectory = art.Trajectory(messages_and_choices=[])
+        outcome = None
+        while outcome is None:
+            trajectory.messages_and_choices.append({"role": "user", "content": render(game.board)})
+            # A seeded rollout varies its seed per turn, so turns do not all draw the same noise.
+            turn_sampling = sampling if sampling.seed is None else replace(sampling, seed=sampling.seed + game.moves)
+            choice = await complete(model, trajectory.messages(), turn_sampling, max_tokens=MAX_TOKENS)
+            trajectory.messages_and_choices.append(choice)
+            direction = parse_move(choice.message.content)
+            if direction is None or not game.move(direction):
+                outcome = scoring.INVALID_MOVE
+            elif max_tile(game.board) >= self.target_tile:
+                outcome = scoring.WIN
+            elif is_game_over(game.board):
+                outcome = scoring.LOSS
+            elif game.moves >= self.max_turns:
+                outcome = scoring.TURN_LIMIT
+        top = max_tile(game.board)
+        trajectory.reward = scoring.reward(
+            outcome=outcome, max_tile=top, board_sum=board_sum(game.board), target_tile=self.target_tile
+        )
+        trajectory.metrics = {
+            "won": outcome == scoring.WIN,
+            "max_tile": top,
+            "moves": game.moves,
+            "invalid_move": outcome == scoring.INVALID_MOVE,
+            "points": game.points,
+        }
+        trajectory.metadata = {
+            "scenario_id": scenario["id"],
+            "outcome": outcome,
+            "target_tile": self.target_tile,
+            "scorer_version": scoring.SCORER_VERSION,
+        }
+        return trajectory
+
+    def is_correct(self, trajectory: art.Trajectory) -> bool:
+        return trajectory.metadata.get("outcome") == scoring.WIN
+
+    def demonstrations(self, *, seed: int, count: int) -> list[art.Trajectory]:
+        """``count`` whole games of the heuristic player on train seeds drawn (with replacement) from ``seed``."""
+        rng = random.Random(seed)
+        train = self.scenarios("train")
+        demos = []
+        for _ in range(count):
+            game = new_game(int(rng.choice(train)["seed"]))
+            player_rng = random.Random(rng.getrandbits(64))
+            turns = play(game, player_rng, target_tile=self.target_tile, max_turns=self.max_turns)
+            demos.append(art.Trajectory(messages_and_choices=[m for turn in turns for m in _demonstrated_turn(*turn)]))
+        return demos
+
+
+def _demonstrated_turn(board: Board, direction: str) -> tuple[dict[str, str], dict[str, str]]:
+    return {"role": "user", "content": render(board)}, {"role": "assistant", "content": format_move(direction)}

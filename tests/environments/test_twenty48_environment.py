@@ -1,0 +1,234 @@
+"""The 2048 environment: splits, demonstrations, the heuristic teacher, the reward and rollouts."""
+
+import asyncio
+import random
+
+import art
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from openai.types.chat.chat_completion import ChatCompletion, Choice
+
+from environments import Sampling, load
+from environments.base import EnvironmentConfigError
+from environments.twenty48 import (
+    Twenty48Environment,
+    format_move,
+    max_tile,
+    new_game,
+    parse_move,
+    render,
+    reward,
+    slide,
+    valid_moves,
+)
+from environments.twenty48 import scenarios as scenario_files
+from environments.twenty48.player import choose_move, play
+from environments.twenty48.render import EMPTY, EXPONENT_DIGITS
+
+TINY = "embedded/char-gpt-0.2m"
+
+
+def unrender(text: str) -> list[list[int]]:
+    return [[0 if c == EMPTY else 2 ** EXPONENT_DIGITS.index(c) for c in line.split(" ")] for line in text.split("\n")]
+
+
+def test_committed_splits_are_what_the_generator_makes():
+    env = Twenty48Environment()
+    for split, rows in scenario_files.generate_splits().items():
+        committed = (scenario_files.SCENARIO_DIR / f"{split}.jsonl").read_bytes()
+        assert committed == scenario_files.canonical_bytes(rows), f"{split}.jsonl differs from the generator"
+        assert list(env.scenarios(split)) == rows
+    assert set(env.fingerprints()) == {"train", "val", "test"}
+
+
+def test_splits_have_unique_ids_and_disjoint_seeds():
+    env = Twenty48Environment()
+    train, val, test = (env.scenarios(s) for s in ("train", "val", "test"))
+    assert (len(train), len(val), len(test)) == (10000, 200, 200)
+    rows = [*train, *val, *test]
+    assert len({r["id"] for r in rows}) == len({r["seed"] for r in rows}) == len(rows)
+    assert all(r["id"].startswith("2048-") and isinstance(r["seed"], int) for r in rows)
+
+
+@pytest.mark.parametrize(("target", "floor"), [(128, 0.85), (64, 0.97)])
+def test_the_heuristic_player_wins_most_val_games_but_not_all(target, floor):
+    wins = 0
+    for row in Twenty48Environment().scenarios("val"):
+        game = new_game(row["seed"])
+        play(game, random.Random(row["seed"]), target_tile=target, max_turns=2 * target)
+        wins += max_tile(game.board) >= target
+    assert floor <= wins / 200 < 1.0  # 91.5% at 128 and 99.5% at 64 when written
+
+
+def test_the_player_keeps_to_the_corner_and_slips_only_to_valid_moves():
+    empty = [0, 0, 0, 0]
+    cases = {
+        "down": [empty, empty, [0, 2, 0, 0], empty],  # down or left, equally good: down
+        "left": [empty, [2, 2, 0, 0], empty, [4, 8, 0, 0]],  # left merges, down does not
+        "right": [empty, empty, empty, [2, 4, 0, 0]],  # neither corner move changes the board
+        "up": [empty, empty, empty, [2, 4, 8, 16]],
+    }
+    for move, board in cases.items():
+        assert choose_move(board, random.Random(0), noise=0.0) == move
+    slips = {choose_move(cases["right"], random.Random(seed), noise=1.0) for seed in range(50)}
+    assert slips == set(valid_moves(cases["right"])) == {"right", "up"}
+    with pytest.raises(ValueError):
+        choose_move([[2, 4, 2, 4], [4, 2, 4, 2], [2, 4, 2, 4], [4, 2, 4, 2]], random.Random(0))
+
+
+def test_demonstrations_are_deterministic_whole_games_of_valid_moves():
+    env = Twenty48Environment()
+    demos = env.demonstrations(seed=5, count=20)
+    again, other = (env.demonstrations(seed=s, count=20) for s in (5, 6))
+    assert [d.messages_and_choices for d in demos] == [d.messages_and_choices for d in again]
+    assert [d.messages_and_choices for d in demos] != [d.messages_and_choices for d in other]
+    openings = {str(new_game(row["seed"]).board) for row in env.scenarios("train")}
+    wins = 0
+    for demo in demos:
+        turns = demo.messages_and_choices
+        assert [m["role"] for m in turns] == ["user", "assistant"] * (len(turns) // 2)
+        boards = [unrender(m["content"]) for m in turns[0::2]]
+        moves = [parse_move(m["content"]) for m in turns[1::2]]
+        assert str(boards[0]) in openings
+        for board, move, following in zip(boards, moves, [*boards[1:], None]):
+            assert move in valid_moves(board)
+            if following is not None:  # the next board is this one moved, plus one spawned tile
+                moved = slide(board, move)[0]
+                diff = [(a, b) for ra, rb in zip(moved, following) for a, b in zip(ra, rb) if a != b]
+                assert len(diff) == 1 and diff[0][0] == 0 and diff[0][1] in (2, 4)
+        last = slide(boards[-1], moves[-1])[0]
+        wins += max_tile(last) >= 128
+    assert wins >= 15
+
+
+def test_bad_constructor_arguments_are_rejected_with_reasons():
+    for target in (4, 100, 4096, 0, -128, True, 128.0, "128"):
+        with pytest.raises(ValueError, match="power of two from 8 to 2048"):
+            Twenty48Environment(target_tile=target)
+    for turns in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="max_turns"):
+            Twenty48Environment(max_turns=turns)
+    assert Twenty48Environment(target_tile=8).max_turns == 16
+    with pytest.raises(EnvironmentConfigError, match="power of two"):
+        load("2048", {"target_tile": 3})
+    env = load("2048", {"target_tile": 64, "max_turns": 40})
+    assert (env.name, env.target_tile, env.max_turns, env.tools) == ("2048", 64, 40, ())
+    assert env.scorer_name == "twenty48-reward" and env.warm_start_examples > 0
+
+
+targets = st.sampled_from([8, 16, 32, 64, 128, 256, 512, 1024, 2048])
+tile_values = st.sampled_from([2**k for k in range(1, 12)])
+losses = st.sampled_from(["loss", "turn_limit", "invalid_move"])
+
+
+@given(targets, tile_values, st.integers(0, 70000), losses)
+def test_a_win_beats_every_loss_and_an_invalid_move_costs(target, top, extra, outcome):
+    top = min(top, target // 2)  # a lost game never reached the target
+    total = top + extra
+    args = {"max_tile": top, "board_sum": total, "target_tile": target}
+    lost = reward(outcome=outcome, **args)
+    assert reward(outcome="win", **args) == 2.0 > lost
+    valid_end = reward(outcome="loss", **args)
+    assert reward(outcome="turn_limit", **args) == valid_end and 0.0 <= valid_end <= 1.0
+    assert reward(outcome="invalid_move", **args) == valid_end - 1.0
+
+
+@given(targets, st.integers(1, 10), st.integers(1, 10), losses)
+def test_reward_grows_with_the_max_tile(target, low, high, outcome):
+    low, high = sorted((2**low, 2**high))
+    at = {tile: reward(outcome=outcome, max_tile=tile, board_sum=4 * high, target_tile=target) for tile in (low, high)}
+    assert at[high] >= at[low]
+    if high < target and low < high:
+        assert at[high] > at[low]
+
+
+def test_reward_rejects_unknown_outcomes():
+    with pytest.raises(ValueError, match="unknown outcome"):
+        reward(outcome="draw", max_tile=2, board_sum=4, target_tile=128)
+
+
+class ScriptedModel:
+    """Just enough of an art.Model for a rollout: a chat client whose replies come from ``reply(board)``."""
+
+    def __init__(self, reply):
+        self.reply = reply
+        self.calls = []
+
+    def get_inference_name(self):
+        return "scripted"
+
+    def openai_client(self):
+        model = self
+
+        class Completions:
+            async def create(self, **request):
+                model.calls.append(request)
+                text = model.reply(unrender(request["messages"][-1]["content"]))
+                message = {"role": "assistant", "content": text}
+                return ChatCompletion.model_validate(
+                    {
+                        "id": "scripted", "object": "chat.completion", "created": 0, "model": "scripted",
+                        "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
+                    }
+                )  # fmt: skip
+
+        return type("Client", (), {"chat": type("Chat", (), {"completions": Completions()})()})()
+
+
+def test_a_rollout_of_the_heuristic_is_the_same_game_as_its_demonstration():
+    env = Twenty48Environment()
+    row = env.scenarios("val")[0]
+    expected = play(new_game(row["seed"]), random.Random(1), target_tile=128, max_turns=256)
+    moves = iter(direction for _, direction in expected)
+    model = ScriptedModel(lambda board: format_move(next(moves)))
+    trajectory = asyncio.run(env.rollout(model, row, Sampling(temperature=1.0, seed=10)))
+    items = trajectory.messages_and_choices
+    assert [m["content"] for m in items[0::2]] == [render(board) for board, _ in expected]
+    assert all(isinstance(c, Choice) for c in items[1::2]) and len(items) == 2 * len(expected)
+    assert [m["role"] for m in items[0::2]] == ["user"] * len(expected)
+    assert trajectory.metadata["outcome"] == "win" and trajectory.reward == 2.0 and env.is_correct(trajectory)
+    assert trajectory.metrics["won"] and trajectory.metrics["max_tile"] >= 128
+    assert trajectory.metrics["moves"] == len(expected) and not trajectory.metrics["invalid_move"]
+    assert [call["seed"] for call in model.calls] == list(range(10, 10 + len(expected)))  # fresh noise per turn
+    assert all(call["max_tokens"] == 24 and call["logprobs"] for call in model.calls)
+    assert model.calls[-1]["messages"] == trajectory.messages()[:-1]
+
+
+def test_rollouts_end_on_the_turn_limit_and_on_a_move_that_changes_nothing():
+    env = Twenty48Environment(target_tile=2048, max_turns=5)
+    row = env.scenarios("val")[1]
+    heuristic = ScriptedModel(lambda board: format_move(choose_move(board, random.Random(0))))
+    limited = asyncio.run(env.rollout(heuristic, row, Sampling()))
+    assert limited.metadata == {
+        "scenario_id": row["id"], "outcome": "turn_limit", "target_tile": 2048, "scorer_version": "1.0.0"
+    }  # fmt: skip
+    assert limited.metrics["moves"] == 5 and 0.0 <= limited.reward <= 1.0 and not env.is_correct(limited)
+
+    stubborn = asyncio.run(Twenty48Environment().rollout(ScriptedModel(lambda b: "<move>up</move>"), row, Sampling()))
+    assert stubborn.metadata["outcome"] == "invalid_move" and stubborn.metrics["invalid_move"]
+    assert -1.0 <= stubborn.reward < 0.0
+    assert stubborn.metrics["moves"] == len(stubborn.messages_and_choices) // 2 - 1  # the last reply was not played
+
+
+def test_an_untrained_policy_loses_on_its_first_garbled_reply(tmp_path):
+    from service.backends.embedded import EmbeddedBackend
+
+    async def scenario():
+        backend = EmbeddedBackend(path=tmp_path / "models", cache_dir=tmp_path / "cache", seed=0)
+        model = art.TrainableModel(name="policy", project="tests", base_model=TINY, base_path=str(tmp_path / "art"))
+        await model.register(backend)
+        try:
+            env = Twenty48Environment(target_tile=64, max_turns=3)
+            rows = env.scenarios("val")[:3]
+            rollouts = (env.rollout(model, row, Sampling(temperature=1.0, seed=i)) for i, row in enumerate(rows))
+            return await asyncio.gather(*rollouts)
+        finally:
+            await backend.close()
+
+    for trajectory in asyncio.run(scenario()):
+        user, choice = trajectory.messages_and_choices
+        assert user["role"] == "user" and len(user["content"]) == 31
+        assert isinstance(choice, Choice) and choice.logprobs is not None
+        assert trajectory.metadata["outcome"] == "invalid_move" and trajectory.metrics["moves"] == 0
+        assert trajectory.reward < 0.0
