@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, model_validator
 
-from service.backends.embedded.policy import DEFAULT_BASE_MODEL
+# The embedded backend's default architecture, named here as a plain string so that importing the spec (the API,
+# `artsvc submit`) does not import torch; tests/service/test_spec_defaults.py checks it matches
+# service.backends.embedded.policy.DEFAULT_BASE_MODEL.
+DEFAULT_BASE_MODEL = "embedded/char-gpt-0.8m"
 
 
 class _Section(BaseModel):
@@ -16,11 +19,14 @@ class _Section(BaseModel):
 
 class ModelSpec(_Section):
     name: str = Field("demo", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", description="Name of the trained model.")
-    base_model: str = Field(
-        DEFAULT_BASE_MODEL,
+    base_model: str | None = Field(
+        None,
         min_length=1,
         max_length=256,
-        description="Base model (for the embedded backend, a named architecture).",
+        description=(
+            "Base model. For the embedded backend a named architecture; unset, the environment's recommended one "
+            f"(its context must hold the environment's conversations), else {DEFAULT_BASE_MODEL}. Required for other backends."
+        ),
     )
     backend: Literal["embedded", "local", "serverless"] = "embedded"
 
@@ -42,8 +48,11 @@ class TrainingSpec(_Section):
     max_steps: int = Field(100, gt=0, le=100_000)
     kl_penalty_coef: float = Field(0.0, ge=0, le=100, description="Weight of the KL penalty to the reference policy.")
     temperature: float = Field(1.0, gt=0, le=2, description="Sampling temperature of training rollouts.")
-    warm_start_examples: int = Field(
-        51_200, ge=0, le=10_000_000, description="Demonstrations for the supervised warm start (0 skips it)."
+    warm_start_examples: int | None = Field(
+        None,
+        ge=0,
+        le=10_000_000,
+        description="Demonstrations for the supervised warm start (0 skips it); unset, the environment's recommendation.",
     )
     warm_start_learning_rate: float = Field(1e-3, gt=0, lt=1)
 
@@ -78,9 +87,24 @@ class JobSpec(_Section):
     environment: str = Field(
         min_length=1, max_length=64, examples=["math"], description="An installed environment (GET /v1/environments)."
     )
+    environment_args: dict[str, StrictBool | StrictInt | StrictFloat | StrictStr] = Field(
+        default_factory=dict,
+        max_length=32,
+        examples=[{"target_tile": 64}],
+        description="Keyword arguments of the environment (GET /v1/environments lists what each takes).",
+    )
     model: ModelSpec = ModelSpec()
     reward: RewardSpec = RewardSpec()
     training: TrainingSpec = TrainingSpec()
     validation: ValidationSpec = ValidationSpec()
     alerts: AlertSpec = AlertSpec()
     seed: int = Field(0, ge=0, le=2**63 - 1)
+
+    @model_validator(mode="after")
+    def _base_model_for_gpu_backends(self) -> JobSpec:
+        if self.model.backend != "embedded" and self.model.base_model is None:
+            raise ValueError(f"model.base_model is required for the {self.model.backend} backend (a Hugging Face model id)")
+        for key, value in self.environment_args.items():
+            if len(key) > 64 or (isinstance(value, str) and len(value) > 1024):
+                raise ValueError(f"environment_args: {key[:64]!r} is too long (keys up to 64, strings up to 1024 characters)")
+        return self

@@ -17,7 +17,6 @@ from rich.table import Table
 from sqlmodel import Session
 
 import environments
-from service.backends import BackendUnavailableError
 from service.settings import Settings, get_settings
 from service.spec import JobSpec
 from service.store import db as store_db
@@ -88,13 +87,22 @@ def train(
     group_size: Annotated[Optional[int], typer.Option(help="Rollouts per scenario.")] = None,
     learning_rate: Annotated[Optional[float], typer.Option(help="RL learning rate.")] = None,
     val_examples: Annotated[Optional[int], typer.Option(help="Validation examples per evaluation.")] = None,
+    env_arg: Annotated[
+        Optional[list[str]],
+        typer.Option("--env-arg", help="An environment argument as KEY=VALUE (repeatable), e.g. target_tile=64."),
+    ] = None,
+    base_model: Annotated[Optional[str], typer.Option(help="Base model (default: the environment's recommendation).")] = None,
+    warm_start_examples: Annotated[
+        Optional[int], typer.Option(help="Demonstrations for the warm start; 0 skips it (default: the environment's).")
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed of everything random in the run.")] = 0,
     spec_file: Annotated[Optional[Path], typer.Option("--spec", help="A JobSpec JSON file; flags override it.")] = None,
     resume: Annotated[Optional[str], typer.Option(help="Resume an interrupted job by id.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on the last line.")] = False,
 ) -> None:
     """Train a policy on an environment and stop on validation plateau, target or max steps."""
-    from service.training.loop import JobHooks, run_job  # imports torch and ART: keep `artsvc --help` fast
+    from service.backends import BackendUnavailableError  # imports torch and ART: keep `artsvc --help` fast
+    from service.training.loop import JobHooks, run_job
 
     settings = get_settings()
     engine = _open_store(settings)
@@ -107,12 +115,13 @@ def train(
                 raise fail(f"job {resume} already ended ({job.status.value}); nothing to resume")
         else:
             flags = {
-                "training": {"max_steps": max_steps, "groups_per_step": groups_per_step,
-                             "group_size": group_size, "learning_rate": learning_rate},
+                "training": {"max_steps": max_steps, "groups_per_step": groups_per_step, "group_size": group_size,
+                             "learning_rate": learning_rate, "warm_start_examples": warm_start_examples},
+                "model": {"base_model": base_model},
                 "validation": {"patience": patience, "min_delta": min_delta, "target_accuracy": target_accuracy,
                                "every_n_steps": every_n_steps, "max_examples": val_examples},
             }  # fmt: skip
-            spec = _build_spec(spec_file, env, seed, flags)
+            spec = _build_spec(spec_file, env, seed, flags, _parse_env_args(env_arg or []))
             job = runs.create_job(session, spec=spec)
             session.commit()
     spec = JobSpec.model_validate(job.spec)
@@ -136,8 +145,22 @@ def train(
         typer.echo(json.dumps(summary))
 
 
+def _parse_env_args(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs; a VALUE that reads as JSON (64, 0.5, true) is taken as such, else as text."""
+    args: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise fail(f"--env-arg takes KEY=VALUE, got {pair!r}")
+        try:
+            args[key] = json.loads(text)
+        except json.JSONDecodeError:
+            args[key] = text
+    return args
+
+
 def _build_spec(
-    spec_file: Optional[Path], env: Optional[str], seed: int, flags: dict[str, dict[str, Any]]
+    spec_file: Optional[Path], env: Optional[str], seed: int, flags: dict[str, dict[str, Any]], env_args: dict[str, Any]
 ) -> JobSpec:
     """The JobSpec from the spec file (if any) with command-line flags on top; clear errors."""
     base: dict[str, Any] = {}
@@ -157,11 +180,18 @@ def _build_spec(
             if value is not None:
                 base.setdefault(section, {})[name] = value
     base.setdefault("seed", seed)
+    if env_args:
+        base["environment_args"] = {**base.get("environment_args", {}), **env_args}
     try:
-        return JobSpec.model_validate(base)
+        spec = JobSpec.model_validate(base)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise fail(f"invalid job spec: {problems}") from None
+    try:
+        environments.load(spec.environment, spec.environment_args)
+    except environments.EnvironmentConfigError as exc:
+        raise fail(str(exc)) from None
+    return spec
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
