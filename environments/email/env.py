@@ -1,0 +1,100 @@
+"""The email environment: answer a question about an inbox by searching and reading it with tools.
+
+A rollout is a multi-turn tool-calling episode: the policy sees the question, calls
+``search_inbox``, ``read_email`` and finally ``return_final_answer``, and is trained on the
+shaped reward while validation counts :func:`~environments.email.verifier.verify`'s verdict.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import art
+
+from environments.base import BaseEnvironment, Sampling, file_fingerprint
+from environments.chat import complete
+from environments.email.agents import demonstrator, play
+from environments.email.corpus import MESSAGES_FILE, SCENARIO_DIR
+from environments.email.episode import Episode, check_max_turns
+from environments.email.tools import tool_specs
+from environments.email.verifier import SCORER_NAME, SCORER_VERSION
+
+MAX_TOKENS = 96  # per turn: room for the longest tool call the demonstrations make
+
+
+def opening(scenario: dict[str, Any]) -> list[dict[str, Any]]:
+    """The conversation a policy starts from: the question alone.
+
+    No system prompt: the default policy reads one token per character within a short context,
+    and the tool results already fill it. What the tools are for is taught by the warm-start
+    demonstrations and enforced by the reward, as in the math environment.
+    """
+    return [{"role": "user", "content": scenario["question"]}]
+
+
+class EmailEnvironment(BaseEnvironment):
+    name = "email"
+    version = "1.0.0"
+    scorer_name = SCORER_NAME
+    scorer_version = SCORER_VERSION
+    scenario_dir = SCENARIO_DIR
+    warm_start_examples = 3000
+    tools = tuple(tool_specs())
+    # An episode is ~560 characters (question, calls, search hits, an email): the 1024-character
+    # context holds it whole, where the default 192 would cut the question off before the answer.
+    embedded_base_model = "embedded/char-gpt-0.8m-1k"
+
+    def __init__(self, max_turns: int = 6) -> None:
+        self.max_turns = check_max_turns(max_turns)
+
+    def fingerprints(self) -> dict[str, str]:
+        """The splits' fingerprints and the corpus's: a question means nothing without its mail."""
+        return {**super().fingerprints(), "corpus": file_fingerprint(SCENARIO_DIR / MESSAGES_FILE)}
+
+    async def rollout(self, model: art.Model, scenario: dict[str, Any], sampling: Sampling) -> art.Trajectory:
+        episode = Episode(scenario, self.max_turns)
+        trajectory = art.Trajectory(messages_and_choices=opening(scenario), tools=list(self.tools), reward=0.0)
+        while not episode.done:
+            choice = await complete(model, trajectory.messages(), sampling, max_tokens=MAX_TOKENS, tools=self.tools)
+            trajectory.messages_and_choices.append(choice)
+            trajectory.messages_and_choices.extend(episode.step(choice.message.tool_calls))
+        return self._scored(trajectory, scenario, episode)
+
+    @staticmethod
+    def _scored(trajectory: art.Trajectory, scenario: dict[str, Any], episode: Episode) -> art.Trajectory:
+        result = episode.result()
+        trajectory.reward = result.reward
+        trajectory.metrics = dict(result.metrics)
+        trajectory.metadata = {
+            "scenario_id": scenario["id"],
+            "outcome": result.outcome,
+            "scorer_version": SCORER_VERSION,
+        }
+        return trajectory
+
+    def is_correct(self, trajectory: art.Trajectory) -> bool:
+        return trajectory.metadata.get("outcome") == "correct"
+
+    def demonstrations(self, *, seed: int, count: int) -> list[art.Trajectory]:
+        """``count`` demonstrator episodes on train scenarios drawn with replacement, deterministic in ``seed``."""
+        rng = random.Random(seed)
+        train = self.scenarios("train")
+        demos = []
+        for _ in range(count):
+            scenario = rng.choice(train)
+            played = play(scenario, demonstrator, max_turns=self.max_turns, seed=rng.randrange(2**32))
+            demos.append(
+                art.Trajectory(
+                    messages_and_choices=played.messages,
+                    tools=list(self.tools),
+                    reward=played.result.reward,
+                    metrics=dict(played.result.metrics),
+                    metadata={
+                        "scenario_id": scenario["id"],
+                        "outcome": played.result.outcome,
+                        "scorer_version": SCORER_VERSION,
+                    },
+                )
+            )
+        return demos
