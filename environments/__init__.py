@@ -7,6 +7,7 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from environments.base import (  # noqa: E402
+    SPLITS,
     BaseEnvironment,
     Environment,
     EnvironmentConfigError,
@@ -18,6 +19,7 @@ from environments.base import (  # noqa: E402
 )
 
 __all__ = [
+    "SPLITS",
     "BaseEnvironment",
     "Environment",
     "EnvironmentConfigError",

@@ -26,9 +26,10 @@ class Twenty48Environment(BaseEnvironment):
     Each turn the user message is the board alone (see :mod:`environments.twenty48.render`);
     there is no system prompt because the small embedded policy reads one token per character
     and would pay for the instructions on every turn. The reply format is taught by the
-    warm-start demonstrations and enforced by the game: an unparseable reply, or a move that
-    does not change the board, ends the game with a penalty. The game is won when a tile
-    reaches ``target_tile`` and lost when no move is left or after ``max_turns`` moves.
+    warm-start demonstrations and enforced by the game: an unparseable reply ends the game with
+    a penalty. A move that changes nothing is legal, as in the real game, but wastes the turn
+    (no tile spawns) and costs a little reward. The game is won when a tile reaches
+    ``target_tile`` and lost when no move is left or after ``max_turns`` replies.
     """
 
     name = "2048"
@@ -57,29 +58,39 @@ class Twenty48Environment(BaseEnvironment):
         game = new_game(int(scenario["seed"]))
         trajectory = art.Trajectory(messages_and_choices=[])
         outcome = None
+        turns = wasted = 0
         while outcome is None:
             trajectory.messages_and_choices.append({"role": "user", "content": render(game.board)})
             # A seeded rollout varies its seed per turn, so turns do not all draw the same noise.
-            turn_sampling = sampling if sampling.seed is None else replace(sampling, seed=sampling.seed + game.moves)
+            turn_sampling = sampling if sampling.seed is None else replace(sampling, seed=sampling.seed + turns)
             choice = await complete(model, trajectory.messages(), turn_sampling, max_tokens=MAX_TOKENS)
             trajectory.messages_and_choices.append(choice)
+            turns += 1
             direction = parse_move(choice.message.content)
-            if direction is None or not game.move(direction):
+            if direction is None:
                 outcome = scoring.INVALID_MOVE
-            elif max_tile(game.board) >= self.target_tile:
+                break
+            wasted += not game.move(direction)
+            if max_tile(game.board) >= self.target_tile:
                 outcome = scoring.WIN
             elif is_game_over(game.board):
                 outcome = scoring.LOSS
-            elif game.moves >= self.max_turns:
+            elif turns >= self.max_turns:
                 outcome = scoring.TURN_LIMIT
         top = max_tile(game.board)
         trajectory.reward = scoring.reward(
-            outcome=outcome, max_tile=top, board_sum=board_sum(game.board), target_tile=self.target_tile
+            outcome=outcome,
+            max_tile=top,
+            board_sum=board_sum(game.board),
+            target_tile=self.target_tile,
+            wasted_moves=wasted,
         )
         trajectory.metrics = {
             "won": outcome == scoring.WIN,
             "max_tile": top,
             "moves": game.moves,
+            "turns": turns,
+            "wasted_moves": wasted,
             "invalid_move": outcome == scoring.INVALID_MOVE,
             "points": game.points,
         }

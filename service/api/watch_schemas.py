@@ -63,6 +63,9 @@ class EnvironmentPublic(BaseModel):
     scorer_name: str | None = None
     scorer_version: str | None = None
     splits: dict[str, SplitPublic] = Field(default_factory=dict, description="train, val, test... by name.")
+    data_fingerprints: dict[str, str] = Field(
+        default_factory=dict, description="Fingerprints of other data its rollouts read (e.g. a corpus), by name."
+    )
     arguments: dict[str, Any] = Field(
         default_factory=dict, description="What a job's environment_args may set, with the defaults (null: required)."
     )

@@ -19,7 +19,7 @@ def _describe(name: str) -> dict:
             "name": name,
             "version": env.version,
             "scorer": f"{env.scorer_name} {env.scorer_version}",
-            "splits": {split: len(env.scenarios(split)) for split in env.fingerprints()},
+            "splits": {split: len(env.scenarios(split)) for split in env.fingerprints() if split in environments.SPLITS},
             "arguments": environments.arguments_of(type(env)),
             "tools": [tool["function"]["name"] for tool in getattr(env, "tools", ())],
         }

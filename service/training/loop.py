@@ -33,6 +33,7 @@ from service.training.validation import validate
 
 ProgressCallback = Callable[[str, dict[str, Any]], None]
 WARM_START_STATE_KEY = "artsvc_warm_start"
+WARM_START_TURNS_PER_BATCH = 64
 ROLLOUT_FAILURE_TOLERANCE = 0.1  # fraction of a step's rollouts that may raise before the step fails
 
 
@@ -97,6 +98,20 @@ def _completion_chars(trajectory: art.Trajectory) -> int:
     return sum(len(item.message.content or "") for item in trajectory.messages_and_choices if isinstance(item, Choice))
 
 
+def warm_start_batch_size(demos: Sequence[art.Trajectory]) -> int:
+    """Demonstrations per optimizer step, so that each step sees about WARM_START_TURNS_PER_BATCH replies.
+
+    A math demonstration is one reply and a 2048 game about fifty: batching whole trajectories
+    by a fixed count would give a game-playing warm start fifty times fewer optimizer steps.
+    """
+    turns = sum(
+        isinstance(item, Choice) or (isinstance(item, dict) and item.get("role") == "assistant")
+        for demo in demos
+        for item in demo.messages_and_choices
+    )
+    return max(1, round(WARM_START_TURNS_PER_BATCH * len(demos) / max(1, turns)))
+
+
 async def _warm_start(run: _Run) -> None:
     """Supervised warm start on the environment's demonstrations, once per model."""
     count = run.spec.training.warm_start_examples
@@ -107,9 +122,10 @@ async def _warm_start(run: _Run) -> None:
     demos = run.env.demonstrations(seed=run.spec.seed, count=count)
     if not demos:
         return
-    batches = -(-len(demos) // 64)
+    batch_size = warm_start_batch_size(demos)
+    batches = -(-len(demos) // batch_size)
     config = art.TrainSFTConfig(
-        learning_rate=cosine_schedule(run.spec.training.warm_start_learning_rate, batches), batch_size=64
+        learning_rate=cosine_schedule(run.spec.training.warm_start_learning_rate, batches), batch_size=batch_size
     )
     started = time.monotonic()
     done = 0

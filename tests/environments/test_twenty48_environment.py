@@ -12,6 +12,7 @@ from openai.types.chat.chat_completion import ChatCompletion, Choice
 from environments import Sampling, load
 from environments.base import EnvironmentConfigError
 from environments.twenty48 import (
+    DIRECTIONS,
     Twenty48Environment,
     format_move,
     max_tile,
@@ -195,7 +196,7 @@ def test_a_rollout_of_the_heuristic_is_the_same_game_as_its_demonstration():
     assert model.calls[-1]["messages"] == trajectory.messages()[:-1]
 
 
-def test_rollouts_end_on_the_turn_limit_and_on_a_move_that_changes_nothing():
+def test_rollouts_end_on_the_turn_limit_or_an_unparseable_move_and_a_move_that_changes_nothing_wastes_a_turn():
     env = Twenty48Environment(target_tile=2048, max_turns=5)
     row = env.scenarios("val")[1]
     heuristic = ScriptedModel(lambda board: format_move(choose_move(board, random.Random(0))))
@@ -205,10 +206,24 @@ def test_rollouts_end_on_the_turn_limit_and_on_a_move_that_changes_nothing():
     }  # fmt: skip
     assert limited.metrics["moves"] == 5 and 0.0 <= limited.reward <= 1.0 and not env.is_correct(limited)
 
-    stubborn = asyncio.run(Twenty48Environment().rollout(ScriptedModel(lambda b: "<move>up</move>"), row, Sampling()))
-    assert stubborn.metadata["outcome"] == "invalid_move" and stubborn.metrics["invalid_move"]
-    assert -1.0 <= stubborn.reward < 0.0
-    assert stubborn.metrics["moves"] == len(stubborn.messages_and_choices) // 2 - 1  # the last reply was not played
+    # a move that changes nothing is legal but wastes the turn: the same board comes back, with no spawn
+    def wasteful(board):  # a move that changes nothing whenever there is one
+        return format_move(next((d for d in DIRECTIONS if not slide(board, d)[2]), "up"))
+
+    stubborn = asyncio.run(Twenty48Environment(max_turns=12).rollout(ScriptedModel(wasteful), row, Sampling()))
+    boards = [m["content"] for m in stubborn.messages_and_choices[0::2]]
+    assert stubborn.metadata["outcome"] == "turn_limit" and not stubborn.metrics["invalid_move"]
+    assert stubborn.metrics["turns"] == 12 and stubborn.metrics["wasted_moves"] == 12 - stubborn.metrics["moves"] > 0
+    repeated = sum(a == b for a, b in zip(boards, boards[1:]))
+    assert repeated == stubborn.metrics["wasted_moves"] - (boards[-1] != render(slide(unrender(boards[-1]), "up")[0]))
+    played = reward(outcome="turn_limit", max_tile=stubborn.metrics["max_tile"],
+                    board_sum=sum(map(int, [2 ** int(c, 16) for c in boards[-1].split() if c != "."])),
+                    target_tile=128)  # fmt: skip
+    assert stubborn.reward == pytest.approx(played - 0.02 * stubborn.metrics["wasted_moves"])
+
+    garbled = asyncio.run(Twenty48Environment().rollout(ScriptedModel(lambda b: "<move>north</move>"), row, Sampling()))
+    assert garbled.metadata["outcome"] == "invalid_move" and garbled.metrics["invalid_move"]
+    assert -1.0 <= garbled.reward < 0.0 and garbled.metrics["turns"] == 1
 
 
 def test_an_untrained_policy_loses_on_its_first_garbled_reply(tmp_path):

@@ -31,14 +31,18 @@ def describe(name: str) -> EnvironmentPublic:
     """``name``'s versions and splits; a plugin that raises is described by its error instead."""
     try:
         env = environments.load(name)
+        fingerprints = env.fingerprints()
         splits = {
             split: SplitPublic(size=len(env.scenarios(split)), fingerprint=fingerprint)
-            for split, fingerprint in env.fingerprints().items()
+            for split, fingerprint in fingerprints.items()
+            if split in environments.SPLITS
         }
+        data = {key: value for key, value in fingerprints.items() if key not in environments.SPLITS}
         versions = dict(version=env.version, scorer_name=env.scorer_name, scorer_version=env.scorer_version)
         return EnvironmentPublic(
             name=name,
             splits=splits,
+            data_fingerprints=data,
             arguments=environments.arguments_of(type(env)),
             tools=[tool["function"]["name"] for tool in getattr(env, "tools", ())],
             warm_start_examples=getattr(env, "warm_start_examples", 0),

@@ -46,8 +46,12 @@ def test_the_math_environment_with_its_splits(client, engine, fresh_catalog):
                        for split, fingerprint in math.fingerprints().items()}  # fmt: skip
     assert listed["math"] == {
         "name": "math", "version": math.version, "scorer_name": math.scorer_name, "scorer_version": math.scorer_version,
-        "splits": expected_splits, "error": None,
+        "splits": expected_splits, "data_fingerprints": {}, "arguments": {}, "tools": [], "warm_start_examples": math.warm_start_examples,
+        "error": None,
     }  # fmt: skip
+    assert listed["2048"]["arguments"] == {"target_tile": 128, "max_turns": None}
+    assert listed["email"]["tools"] == ["search_inbox", "read_email", "return_final_answer"]
+    assert listed["email"]["data_fingerprints"]["corpus"].startswith("sha256:")
     assert {"train", "val"} <= set(expected_splits) and all(split["size"] > 0 for split in expected_splits.values())
     assert client.get("/v1/environments").status_code == 401
 
