@@ -10,7 +10,7 @@ from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenL
 
 from service.backends.embedded import toolcalls
 from service.backends.embedded.sequences import collate, trajectory_windows
-from service.backends.embedded.tokenizer import ASSISTANT, EOT, UNK, decode, encode_text, render_prompt
+from service.backends.embedded.tokenizer import ASSISTANT, EOT, UNK, decode, encode_text, prompt_budget, render_prompt
 
 
 def choice(
@@ -108,13 +108,19 @@ def test_turns_that_saw_the_same_start_share_one_window():
     assert trainable_text(seq) == "a1a2"
 
 
-def test_demonstrations_are_packed_into_half_overlapping_windows():
+def test_demonstrations_get_the_context_the_sampler_would_keep():
+    block = 64
     conversation = []
     for turn in range(30):
         conversation += [{"role": "user", "content": f"b{turn:02d}" + "." * 10}, {"role": "assistant", "content": f"m{turn:02d}"}]
-    result = windows(conversation, block_size=64, train_on_messages=True)
-    assert "".join(trainable_text(w) for w in result) == "".join(f"m{t:02d}<eot>".replace("<eot>", "") for t in range(30))
-    assert len(result) < 30 and all(len(w.ids) <= 65 for w in result)
+    result = windows(conversation, block_size=block, train_on_messages=True)
+    assert "".join(trainable_text(w) for w in result) == "".join(f"m{t:02d}" for t in range(30))
+    assert len(result) < 30 and all(len(w.ids) <= block + 1 for w in result)  # the first turns share a window
+    for w in result[1:]:  # later ones start where a sampled reply of the same length would
+        turn = int(trainable_text(w)[1:3])
+        prompt = prompt_of(conversation[: 2 * turn + 1])
+        kept = prompt_budget(block, len("m00") + 1)
+        assert w.ids[:kept] == prompt[-kept:] and len(prompt) > kept
 
 
 def test_tool_calls_are_trained_as_written_and_rendered_back_the_same_way():

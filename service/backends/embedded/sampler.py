@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from service.backends.embedded.policy import CharGPT
-from service.backends.embedded.tokenizer import EMITTABLE_IDS, EOT, decode_token
+from service.backends.embedded.tokenizer import EMITTABLE_IDS, EOT, decode_token, prompt_budget
 
 
 @dataclass(frozen=True)
@@ -45,13 +45,13 @@ def _stop_hit(text: str, stop: tuple[str, ...]) -> str | None:
 def sample(policy: CharGPT, request: SamplingRequest) -> list[Sample]:
     """Generate ``request.n`` continuations of the prompt.
 
-    The prompt is truncated from the left so that prompt plus ``max_tokens`` fits the context.
+    The prompt is truncated from the left to :func:`prompt_budget`, so prompt plus reply fits the context.
     Returned logprobs are the policy's own (temperature 1) log-probabilities of each token, the
     quantity the GRPO trainer uses as the behaviour policy.
     """
     block = policy.config.block_size
     max_tokens = max(1, min(request.max_tokens, block - 1))
-    prompt = request.prompt_ids[-(block - max_tokens) :]
+    prompt = request.prompt_ids[-prompt_budget(block, max_tokens) :]
     seed = request.seed if request.seed is not None else secrets.randbits(63)
     generator = torch.Generator().manual_seed(seed)
     samples = [Sample(context_tokens=len(prompt)) for _ in range(request.n)]

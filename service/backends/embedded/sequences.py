@@ -7,8 +7,8 @@ as far left as the policy could see:
 
 - a sampled turn gets exactly the context it was sampled with (the server reports how many
   prompt tokens it kept as ``context_tokens``), so the trainer's logprobs match the sampler's;
-- a demonstration turn gets the whole conversation before it if that fits, else half a window
-  of it, so that the next few short turns can share the window.
+- a demonstration turn gets the context the server would keep (:func:`prompt_budget`), so it
+  is learned at the positions where it will be sampled.
 
 Consecutive turns share a window whenever they would have seen the same tokens, which for
 short conversations means one window for the whole trajectory.
@@ -24,7 +24,7 @@ import torch
 from art.trajectories import get_messages
 from openai.types.chat.chat_completion import Choice
 
-from service.backends.embedded.tokenizer import EOT, PAD, encode_text, render_message
+from service.backends.embedded.tokenizer import EOT, PAD, encode_text, prompt_budget, render_message
 
 NO_LOGPROB = math.nan  # a trainable token whose sampling logprob the server did not return
 
@@ -116,15 +116,10 @@ def trajectory_windows(messages_and_choices: Sequence, *, block_size: int, train
     start = end = 0  # the stream span the open window reproduces
     for turn in turns:
         span = len(turn.ids)
+        # A sampled turn saw what the server kept; a demonstration gets what the server would keep.
+        context = turn.context if turn.context is not None else prompt_budget(block_size, span)
+        turn_start = turn.prefix_end - min(context, turn.prefix_end)
         fits_open = window is not None and turn.prefix_end - start + span <= limit
-        if turn.context is not None:  # sampled: exactly the context the server kept
-            turn_start = turn.prefix_end - min(turn.context, turn.prefix_end)
-        elif fits_open:
-            turn_start = start
-        elif turn.prefix_end + span <= limit:
-            turn_start = 0
-        else:  # a demonstration: half a window of context, leaving room to pack the next turns
-            turn_start = turn.prefix_end - max(0, min(limit - span, limit // 2))
         if not (fits_open and turn_start == start):
             window = TokenSequence()
             windows.append(window)

@@ -60,3 +60,15 @@ def render_prompt(messages: Iterable[Mapping[str, Any]]) -> list[int]:
         ids.extend(render_message(message))
     ids.append(ASSISTANT)
     return ids
+
+
+def prompt_budget(block_size: int, max_tokens: int) -> int:
+    """How many prompt tokens a sample conditions on at most: the rest of the context is the reply's.
+
+    A quarter of the context is always left for the reply, whatever ``max_tokens`` says, so
+    that a turn starts at the same position whether it was sampled (by the server) or
+    demonstrated (for the trainer, which does not know the sampler's ``max_tokens``). With
+    learned absolute positions that matters: a reply at positions training never showed is
+    garbage.
+    """
+    return block_size - max(max_tokens, block_size // 4)
