@@ -101,9 +101,6 @@ def train(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on the last line.")] = False,
 ) -> None:
     """Train a policy on an environment and stop on validation plateau, target or max steps."""
-    from service.backends import BackendUnavailableError  # imports torch and ART: keep `artsvc --help` fast
-    from service.training.loop import JobHooks, run_job
-
     settings = get_settings()
     engine = _open_store(settings)
     with Session(engine, expire_on_commit=False) as session:
@@ -124,6 +121,11 @@ def train(
             spec = _build_spec(spec_file, env, seed, flags, _parse_env_args(env_arg or []))
             job = runs.create_job(session, spec=spec)
             session.commit()
+    # Imported only now, with the job in hand: torch and ART take seconds to load, which `artsvc --help` and
+    # refused arguments need not wait for.
+    from service.backends import BackendUnavailableError
+    from service.training.loop import JobHooks, run_job
+
     spec = JobSpec.model_validate(job.spec)
     console.print(f"job [bold]{job.id}[/bold]: {spec.environment} on the {spec.model.backend} backend")
     display = TrainingDisplay(spec)

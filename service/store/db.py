@@ -7,15 +7,15 @@ SQLAlchemy URL (PostgreSQL in production) is used as given. The schema is Alembi
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import event
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import create_engine
+
+if TYPE_CHECKING:  # Alembic is imported where a migration or check needs it: `artsvc submit` and `watch` never do
+    from alembic.config import Config
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
@@ -49,6 +49,8 @@ def make_engine(url: str) -> Engine:
 
 
 def alembic_config(url: str) -> Config:
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
@@ -57,6 +59,8 @@ def alembic_config(url: str) -> Config:
 
 def upgrade(url: str) -> None:
     """Migrate the database at ``url`` to the newest schema (idempotent)."""
+    from alembic import command
+
     try:
         command.upgrade(alembic_config(url), "head")
     except SQLAlchemyError as exc:
@@ -65,6 +69,9 @@ def upgrade(url: str) -> None:
 
 def check_migrated(engine: Engine) -> None:
     """Raise StoreError, saying what to run, unless the schema is at the newest revision."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(alembic_config(str(engine.url))).get_current_head()
     try:
         with engine.connect() as connection:

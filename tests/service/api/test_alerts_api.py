@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from service.store.tables import AlertState, Role
+from tests.databases import sqlite_only
 from tests.service.api import seeding
 
 ALERT_FIELDS = {
@@ -77,6 +78,7 @@ def test_pages_of_alerts_cover_each_once(client, world):
     [("state=closed", "state"), ("kind=divergance", "kind"), ("limit=0", "limit"), ("cursor=0", "cursor"),
      ("cursor=99999999999", "cursor"), ("cursor=abc", "cursor")],
 )  # fmt: skip
+@sqlite_only
 def test_bad_filters_are_refused_saying_which(client, world, query, field):
     response = client.get(f"/v1/alerts?{query}", headers=world["operator"])
     assert response.status_code == 422 and f"query.{field}" in response.json()["detail"]
@@ -99,6 +101,7 @@ def test_an_operator_acknowledges_an_alert_once(client, world, engine):
                                                    "by": world["operator_id"]}  # fmt: skip
 
 
+@sqlite_only
 def test_only_operators_acknowledge_alerts(client, world):
     url = f"/v1/alerts/{world['ids']['divergence']}/ack"
     assert client.post(url).status_code == 401
@@ -108,5 +111,6 @@ def test_only_operators_acknowledge_alerts(client, world):
 
 
 @pytest.mark.parametrize(("alert_id", "status"), [("2147483647", 404), ("0", 422), ("2147483648", 422), ("x", 422)])
+@sqlite_only
 def test_acknowledging_a_missing_or_malformed_alert_id_is_refused(client, world, alert_id, status):
     assert client.post(f"/v1/alerts/{alert_id}/ack", headers=world["operator"]).status_code == status

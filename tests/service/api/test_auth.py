@@ -9,6 +9,9 @@ from sqlmodel import Session, select
 from service.api.app import create_app
 from service.store import runs
 from service.store.tables import LOCAL_OWNER, ApiToken, Role, utcnow
+from tests.databases import sqlite_only
+
+pytestmark = sqlite_only  # plain HTTP behaviour: nothing here depends on the database
 
 JOB_ROUTES = [
     ("get", "/v1/jobs/{id}"),

@@ -7,7 +7,10 @@ import pytest
 
 import environments
 from service.api.routes import environments as environments_route
+from tests.databases import sqlite_only
 from tests.service.api import seeding
+
+pytestmark = sqlite_only  # the catalog of environments: nothing here depends on the database
 
 BROKEN_PLUGIN = """
 from pathlib import Path

@@ -12,6 +12,7 @@ from service.api.app import create_app
 from service.store import db as store_db
 from service.store.tables import Role
 
+from tests.databases import sqlite_only
 from tests.service.conftest import MAX_BODY_BYTES
 
 JSON = {"Content-Type": "application/json"}
@@ -72,24 +73,28 @@ UNREADABLE = [
 
 
 @pytest.mark.parametrize(("body", "message"), UNREADABLE)
+@sqlite_only
 def test_an_unreadable_body_is_explained(client, auth, body, message):
     response = client.post("/v1/jobs", content=body, headers={**auth(), **JSON})
     assert response.status_code == 400 and response.json()["detail"].startswith(message)
 
 
 @pytest.mark.parametrize(("body", "status", "message"), BAD_SUBMISSIONS)
+@sqlite_only
 def test_a_bad_submission_is_explained(client, auth, body, status, message):
     response = client.post("/v1/jobs", content=body.encode(), headers={**auth(), **JSON})
     assert response.status_code == status, response.text
     assert message in response.json()["detail"]
 
 
+@sqlite_only
 def test_a_body_that_is_not_sent_as_json_is_explained(client, auth):
     response = client.post("/v1/jobs", content=math().encode(), headers={**auth(), "Content-Type": "text/plain"})
     assert response.status_code == 422
     assert response.json()["detail"] == "body: expected a JSON object sent with Content-Type: application/json"
 
 
+@sqlite_only
 def test_validation_errors_list_each_field(client, auth):
     body = {"environment": "math", "training": {"group_size": 0, "max_steps": 0}, "extra": 1}
     errors = client.post("/v1/jobs", json=body, headers=auth()).json()["errors"]
@@ -97,6 +102,7 @@ def test_validation_errors_list_each_field(client, auth):
     assert all(error["msg"] and error["type"] for error in errors)
 
 
+@sqlite_only
 def test_an_oversized_body_is_413(client, auth):
     padding = "x" * MAX_BODY_BYTES
     response = client.post("/v1/jobs", json={"environment": "math", "pad": padding}, headers=auth())
@@ -111,6 +117,7 @@ def test_an_oversized_body_is_413(client, auth):
 
 
 @pytest.mark.parametrize("key", ["k" * 256, "k\x00", "tab\tbed", ""])
+@sqlite_only
 def test_an_idempotency_key_must_be_255_printable_ascii_characters(client, auth, key):
     response = client.post("/v1/jobs", json={"environment": "math"}, headers={**auth(), "Idempotency-Key": key})
     assert response.status_code == 422
@@ -141,6 +148,7 @@ def test_a_bad_job_id_is_404(client, auth, job_id, suffix):
         ("c" * 513, 422, "query.cursor: String should have at most 512 characters"),
     ],
 )
+@sqlite_only
 def test_a_bad_cursor_is_refused(client, auth, cursor, status, message):
     response = client.get("/v1/jobs", params={"cursor": cursor}, headers=auth())
     assert response.status_code == status and message in response.json()["detail"]
@@ -159,6 +167,7 @@ def test_a_bad_cursor_is_refused(client, auth, cursor, status, message):
         ("/v1/jobs/{id}/trajectories?limit=501", "query.limit: Input should be less than or equal to 500"),
     ],
 )
+@sqlite_only
 def test_bad_query_parameters_are_422(client, auth, path, message):
     headers = auth()
     job_id = client.post("/v1/jobs", json={"environment": "math"}, headers=headers).json()["id"]
@@ -166,12 +175,14 @@ def test_bad_query_parameters_are_422(client, auth, path, message):
     assert response.status_code == 422 and message in response.json()["detail"]
 
 
+@sqlite_only
 def test_unknown_paths_and_methods_answer_json(client, auth):
     assert client.get("/v1/nothing-here", headers=auth()).json() == {"detail": "Not Found"}
     response = client.delete("/v1/jobs", headers=auth())
     assert response.status_code == 405 and response.json() == {"detail": "Method Not Allowed"}
 
 
+@sqlite_only
 def test_an_unreachable_store_is_503(app, auth):
     headers = auth()
     app.state.engine = store_db.make_engine("postgresql+psycopg://postgres@127.0.0.1:1/gone")  # nothing listens there
@@ -181,6 +192,7 @@ def test_an_unreachable_store_is_503(app, auth):
     assert response.json() == {"detail": "the store is unavailable; try again shortly"}
 
 
+@sqlite_only
 def test_an_unexpected_error_is_a_generic_500_without_a_traceback(settings, engine):
     app = create_app(settings, engine=engine)
 

@@ -22,6 +22,7 @@ from service.api.app import create_app
 from service.api.routes import events as events_route
 from service.sse import EventStreamParser, ServerSentEvent
 from service.store.tables import Role
+from tests.databases import sqlite_only
 from tests.service.api import seeding
 
 EVENT_FIELDS = {"id", "job_id", "kind", "step", "data", "created_at"}
@@ -86,6 +87,7 @@ def test_events_page_oldest_first_with_a_cursor(client, engine):
     assert [event for page in pages for event in page] == everything["data"]
 
 
+@sqlite_only
 def test_events_are_for_the_owner_and_operators_only(client, engine):
     owner, headers = seeding.principal(engine, name="alice")
     _, other = seeding.principal(engine, name="bob")
@@ -181,6 +183,7 @@ def test_open_streams_hold_no_database_connection_between_polls(settings, engine
     small.dispose()
 
 
+@sqlite_only
 def test_an_idle_stream_is_pinged_and_ends_when_the_client_goes(settings, engine, monkeypatch):
     monkeypatch.setattr(events_route, "PING_SECONDS", 0.2)
     owner, headers = seeding.principal(engine)
@@ -199,6 +202,7 @@ def test_an_idle_stream_is_pinged_and_ends_when_the_client_goes(settings, engine
 
 
 @pytest.mark.parametrize("limit", [0, 1001])
+@sqlite_only
 def test_a_page_size_out_of_range_is_refused(client, engine, limit):
     owner, headers = seeding.principal(engine)
     job_id = seeding.new_job(engine, owner_id=owner)

@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.api.app import create_app
 from service.store import db as store_db
 from service.store.tables import AlertState, JobStatus
+from tests.databases import sqlite_only
 from tests.service.api import seeding
 
 UNREACHABLE = "postgresql+psycopg://postgres@127.0.0.1:1/nothing"  # port 1: nothing listens there
@@ -48,6 +49,7 @@ def test_a_heartbeating_worker_makes_the_service_ok(client, engine):
     assert response.json()["workers"] == {"alive": 2, "capacity": 5, "running_jobs": 1}
 
 
+@sqlite_only
 def test_an_unreachable_database_is_503_and_metrics_say_so(app, client):
     app.state.engine.dispose()
     app.state.engine = store_db.make_engine(UNREACHABLE)
@@ -88,6 +90,7 @@ def test_metrics_count_what_the_store_holds(client, engine):
     assert found[("artsvc_store_up", frozenset())] == 1
 
 
+@sqlite_only
 def test_request_latency_is_labelled_by_route_template(client, engine):
     owner, headers = seeding.principal(engine)
     job_id = seeding.new_job(engine, owner_id=owner)
@@ -105,6 +108,7 @@ def test_request_latency_is_labelled_by_route_template(client, engine):
     assert not [key for key in found if any(job_id in value for _, value in key[1])]  # no raw paths as labels
 
 
+@sqlite_only
 def test_each_app_keeps_its_own_metrics(settings, engine):
     first_app, second_app = create_app(settings, engine=engine), create_app(settings, engine=engine)
     with TestClient(first_app) as first, TestClient(second_app) as second:
@@ -117,5 +121,6 @@ def test_each_app_keeps_its_own_metrics(settings, engine):
 
 
 @pytest.mark.parametrize("path", ["/healthz", "/metrics"])
+@sqlite_only
 def test_health_and_metrics_need_no_token(client, path):
     assert client.get(path).status_code == 200

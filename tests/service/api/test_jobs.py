@@ -14,6 +14,7 @@ from service.api.app import create_app
 
 from service.store import events, runs
 from service.store.tables import JobStatus, Role
+from tests.databases import sqlite_only
 
 JOB_FIELDS = {
     "id", "status", "environment", "spec", "step", "step0_val_accuracy", "best_val_accuracy", "best_step",
@@ -206,6 +207,7 @@ def test_trajectories_are_filtered_by_step_and_split_and_limited(client, auth, e
     assert first["details"] == {"outcome": "correct"} and first["reward"] == 1.0
 
 
+@sqlite_only
 def test_an_unknown_job_is_404(client, auth):
     response = client.get("/v1/jobs/00000000-0000-4000-8000-000000000000", headers=auth(Role.operator))
     assert response.status_code == 404 and "no job" in response.json()["detail"]

@@ -5,7 +5,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from tests.databases import sqlite_only
 from tests.service.conftest import MAX_BODY_BYTES
+
+pytestmark = sqlite_only  # plain HTTP behaviour: nothing here depends on the database
 
 
 @pytest.fixture

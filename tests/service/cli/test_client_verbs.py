@@ -1,5 +1,5 @@
 """``artsvc submit`` and ``artsvc watch`` as a user runs them: subprocesses talking to the real API
-on loopback, against a real store (SQLite, and PostgreSQL when it is reachable)."""
+on loopback, against a real SQLite store (the API on PostgreSQL is tested in tests/service/api)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from service.auth import create_token
 from service.spec import JobSpec
 from service.store import runs
 from service.store.tables import Job, JobStatus, Role, StopReason
+from tests.databases import sqlite_only  # the client's side of things: the API's store is tested in tests/service/api
 
 TINY_SPEC = {
     "environment": "math",
@@ -29,7 +30,6 @@ TINY_SPEC = {
 }
 LINE_WAIT_S = 120  # a guard against a hung client, not a measurement
 UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing answers HTTP there
-sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)  # the client's side of things
 
 
 @pytest.fixture
@@ -63,6 +63,7 @@ def stored_job(engine, job_id: str) -> Job | None:
         return runs.get_job(session, job_id=job_id)
 
 
+@sqlite_only
 def test_submit_prints_the_id_of_the_stored_job(live_server, engine, token, tmp_path):
     owner_id, secret = token
     (tmp_path / "spec.json").write_text(json.dumps(TINY_SPEC))
@@ -75,6 +76,7 @@ def test_submit_prints_the_id_of_the_stored_job(live_server, engine, token, tmp_
     assert f"artsvc watch {job_id}" in said(result)
 
 
+@sqlite_only
 def test_submit_reads_stdin_and_retries_idempotently(live_server, token, tmp_path):
     _, secret = token
     spec = json.dumps({"environment": "math"})
@@ -210,6 +212,7 @@ def follow_lines(stream, into: list[str]) -> queue.Queue[str | None]:
     return lines
 
 
+@sqlite_only
 def test_watch_follows_a_running_job_live_and_exits_with_it(live_server, engine, token, tmp_path):
     owner_id, secret = token
     job_id = seed_job(engine, owner_id)
@@ -245,6 +248,7 @@ def test_watch_follows_a_running_job_live_and_exits_with_it(live_server, engine,
     assert final["best_val_accuracy"] == job.best_val_accuracy == 0.625 and final["best_step"] == 4
 
 
+@sqlite_only
 def test_watching_an_ended_job_prints_its_history(live_server, engine, token, tmp_path):
     owner_id, secret = token
     job_id = seed_job(engine, owner_id)

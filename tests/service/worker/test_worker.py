@@ -13,6 +13,7 @@ from service.settings import Settings
 from service.store.events import events_after
 from service.store.tables import Job, JobStatus, StopReason, WorkerRecord
 from service.worker import Worker, leases
+from tests.databases import sqlite_only
 from tests.service.worker.conftest import LEASE_SECONDS, LONGER_JOB, TINY_JOB, history, load_job, submit
 
 ENDED = (JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled)
@@ -64,6 +65,7 @@ def test_a_worker_with_concurrency_2_trains_two_jobs_at_once(engine, tmp_path):
 
 
 @pytest.mark.timeout(300)
+@sqlite_only  # a job's failure is the worker's business, not the database's
 def test_a_failing_job_is_recorded_and_the_worker_goes_on_to_the_next(engine, tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     serverless = {**TINY_JOB, "model": {**TINY_JOB["model"], "backend": "serverless"}}  # fails: no WANDB_API_KEY
@@ -85,6 +87,9 @@ def test_a_job_whose_lease_was_taken_over_stops_at_a_step_boundary_and_records_n
         reports, by a heartbeat after the theft, that it runs nothing."""
         with Session(engine) as session:
             if not stolen_at:
+                job = session.get(Job, job_id)
+                if job.status in ENDED:  # it ended before its first step: fail now, not at the test's timeout
+                    pytest.fail(f"the job ended before a step was recorded: {job.status.value}: {job.error}")
                 if history(engine, job_id)[0]:
                     job = session.get(Job, job_id)
                     stolen_at.append(leases.database_now(session))

@@ -12,6 +12,7 @@ from sqlmodel import Session, select
 from service.store import db as store_db
 from service.store.tables import JobStatus, StopReason, WorkerRecord
 from service.training.loop import run_job
+from tests.databases import sqlite_only
 from tests.service.worker.conftest import LONGER_JOB, history, load_job, submit, wait_for
 
 ENDED = (JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled)
@@ -31,7 +32,11 @@ def reference(tmp_path_factory):
 
 
 def _steps_recorded(engine, job_id: str, at_least: int) -> bool:
-    return len(history(engine, job_id)[0]) >= at_least
+    if len(history(engine, job_id)[0]) >= at_least:
+        return True
+    if (job := load_job(engine, job_id)).status in ENDED:  # it will record no more: fail now, not at the timeout
+        pytest.fail(f"the job ended after {job.step} steps: {job.status.value}: {job.error}")
+    return False
 
 
 def _ended(engine, job_id: str):
@@ -68,6 +73,7 @@ def test_a_killed_worker_s_job_is_taken_over_and_finished_without_lost_or_duplic
 
 
 @pytest.mark.timeout(600)
+@sqlite_only  # the process's side of a stop; the release on PostgreSQL is tested in test_leases.py
 def test_sigterm_checkpoints_the_current_step_and_hands_the_job_back(engine, start_worker, reference):
     job_id = submit(engine, LONGER_JOB)
     first = start_worker()
