@@ -5,9 +5,10 @@ from __future__ import annotations
 import ipaddress
 from functools import lru_cache
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 def is_loopback(host: str) -> bool:
@@ -43,6 +44,27 @@ class Settings(BaseSettings):
     trajectories_per_step: int = Field(8, ge=0, le=1024, description="Rollouts kept per step for operators to read.")
     alert_webhook_url: str | None = Field(None, description="Alerts are POSTed here as JSON, with retries.")
 
+    # Judges are the operator's to configure: a job names one of judge_models, never an endpoint or a key.
+    judge_models: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Judge models jobs may name, comma-separated litellm names (e.g. openai/gpt-4o-mini); none: no judged jobs.",
+    )
+    judge_api_base: str | None = Field(
+        None, description="OpenAI-compatible endpoint of the judges; unset, litellm's provider variables (OPENAI_BASE_URL...)."
+    )
+    judge_api_key: SecretStr | None = Field(None, description="Key for judge_api_base; unset, the provider's variable.")
+    judge_timeout_s: float = Field(60.0, gt=0, le=3600, description="Seconds one judge call may take before it is retried.")
+    judge_max_retries: int = Field(4, ge=0, le=20, description="Retries of a judge call (timeouts, 429, 5xx, malformed).")
+    judge_concurrency: int = Field(4, gt=0, le=256, description="Judge calls one job may have out at once.")
+    judge_backoff_s: float = Field(1.0, ge=0, le=60, description="First wait before retrying a judge call; it doubles.")
+
+    @field_validator("judge_models", mode="before")
+    @classmethod
+    def _split_models(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [name.strip() for name in value.split(",") if name.strip()]
+        return value
+
     @field_validator("data_dir")
     @classmethod
     def _expand(cls, value: Path) -> Path:
@@ -53,6 +75,13 @@ class Settings(BaseSettings):
         if self.local_mode and not is_loopback(self.host):
             raise ValueError(f"local_mode serves every request as the operator; refusing it on non-loopback host {self.host!r}")
         return self
+
+    def refuse_judge(self, model: str | None) -> str | None:
+        """Why a job may not name ``model`` as its judge, or None if it may (or names none)."""
+        if model is None or model in self.judge_models:
+            return None
+        allowed = ", ".join(self.judge_models) or "none (the operator sets ARTSVC_JUDGE_MODELS)"
+        return f"reward.judge_model: {model!r} is not a judge this server allows; allowed: {allowed}"
 
     @property
     def resolved_database_url(self) -> str:

@@ -32,11 +32,31 @@ class ModelSpec(_Section):
 
 
 class RewardSpec(_Section):
+    """Where training rewards come from. ``verifier``: the environment's own scorer. ``ruler``: RULER judges each
+    group and the job stops when the mean RULER reward plateaus. ``hybrid``: RULER rewards for training, the
+    environment's ground-truth validation accuracy for stopping (and divergence alerts between the two)."""
+
     mode: Literal["verifier", "ruler", "hybrid"] = "verifier"
     judge_model: str | None = Field(
-        None, min_length=1, max_length=256, description="litellm model of the RULER judge (ruler and hybrid modes)."
+        None,
+        min_length=3,
+        max_length=256,
+        pattern=r"^[A-Za-z0-9_.-]+/\S+$",
+        description="RULER judge (ruler and hybrid modes): a litellm provider/model name the server's operator allows.",
     )
-    rubric: str | None = Field(None, min_length=1, max_length=20_000, description="Extra instructions for the judge.")
+    rubric: str | None = Field(None, min_length=1, max_length=20_000, description="Grading standards for the judge.")
+    max_judge_cost_usd: float | None = Field(
+        None, gt=0, le=1_000_000, description="Stop the job (stop reason budget) once its judge calls have cost this much."
+    )
+
+    @model_validator(mode="after")
+    def _judge_for_judged_modes(self) -> RewardSpec:
+        judged = self.mode in ("ruler", "hybrid")
+        if judged and self.judge_model is None:
+            raise ValueError(f"reward.judge_model is required in {self.mode} mode")
+        if not judged and (self.judge_model, self.rubric, self.max_judge_cost_usd) != (None, None, None):
+            raise ValueError("reward.judge_model, rubric and max_judge_cost_usd apply to the ruler and hybrid modes only")
+        return self
 
 
 class TrainingSpec(_Section):
@@ -81,6 +101,13 @@ class AlertSpec(_Section):
     reward_plateau_steps: int = Field(
         5, ge=2, le=1_000, description="Steps whose mean reward spans under reward_jump / 2 that count as a reward plateau."
     )
+    judge_failure_rate: float = Field(
+        0.2, gt=0, le=1, description="Share of a job's groups the judge could not score that fires judge_failures."
+    )
+    judge_agreement: float = Field(
+        0.0, ge=-1, le=1, description="Mean rank correlation of RULER scores with independent rewards under which judge_disagreement fires."
+    )
+    judge_agreement_window: int = Field(3, ge=1, le=100, description="Steps the judge_agreement mean is taken over.")
 
 
 class JobSpec(_Section):

@@ -18,7 +18,11 @@ def check_alerts(session: Session, *, job: Job, spec: JobSpec) -> list[Alert]:
     and add the alerts not stored yet, each with its event. Returns the new rows (with ids); never commits."""
     session.flush()
     rows = runs.steps(session, job_id=job.id)
-    steps = [StepPoint(s.step, s.reward_mean, s.groups, s.zero_variance_groups, s.kl) for s in rows]
+    steps = [
+        StepPoint(s.step, s.reward_mean, s.groups, s.zero_variance_groups, s.kl, int(s.metrics.get("judge_groups") or 0),
+                  int(s.metrics.get("judge_dropped_groups") or 0), s.metrics.get("judge_agreement"))  # fmt: skip
+        for s in rows
+    ]
     points = [ValPoint(p.step, p.accuracy) for p in runs.validation_points(session, job_id=job.id)]
     candidates = evaluate(steps, points, alerts=spec.alerts, validation=spec.validation)
     stored = set(session.exec(select(Alert.kind, Alert.step).where(Alert.job_id == job.id)).all())

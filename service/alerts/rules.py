@@ -13,6 +13,11 @@ the same series again gives the same alerts and a condition that keeps holding f
   ``reward_plateau_steps`` steps whose mean rewards span less than ``reward_jump / 2``.
 - collapse: ``zero_variance_groups / groups >= collapse_fraction`` (no learning signal).
 - kl_spike: KL to the reference above ``kl_threshold``.
+- judge_failures: the judge could not score ``judge_failure_rate`` or more of the groups it was
+  given so far (counted from the job's start, at least 4 groups in).
+- judge_disagreement: the mean, over the last ``judge_agreement_window`` judged steps, of the
+  per-group rank correlation between RULER scores and the trajectories' own rewards is under
+  ``judge_agreement``: the judge no longer ranks as the environment's scorer does.
 
 A condition is judged from the rows up to its own step only, so rows recorded later never
 change an alert that was already given.
@@ -29,7 +34,8 @@ from service.spec import AlertSpec, ValidationSpec
 from service.store.tables import StopReason
 from service.training.stopping import decide
 
-KINDS = ("plateau", "divergence", "reward_jump", "collapse", "kl_spike")
+KINDS = ("plateau", "divergence", "reward_jump", "collapse", "kl_spike", "judge_failures", "judge_disagreement")
+JUDGE_FAILURES_MIN_GROUPS = 4  # a rate over fewer groups says little
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,9 @@ class StepPoint:
     groups: int
     zero_variance_groups: int
     kl: float | None = None
+    judge_groups: int = 0  # groups given to the judge (judged modes)
+    judge_dropped_groups: int = 0  # of which it scored none
+    judge_agreement: float | None = None  # mean rank correlation of RULER scores with the own rewards
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,8 @@ def evaluate(
         *_reward_jump(steps, jump=alerts.reward_jump, plateau_steps=alerts.reward_plateau_steps),
         *_collapse(steps, fraction=alerts.collapse_fraction),
         *_kl_spike(steps, threshold=alerts.kl_threshold),
+        *_judge_failures(steps, rate=alerts.judge_failure_rate),
+        *_judge_disagreement(steps, threshold=alerts.judge_agreement, window=alerts.judge_agreement_window),
     ]
     return sorted(found, key=lambda c: (c.step, KINDS.index(c.kind)))
 
@@ -172,3 +183,36 @@ def _collapse(steps: Sequence[StepPoint], *, fraction: float) -> list[Candidate]
 def _kl_spike(steps: Sequence[StepPoint], *, threshold: float) -> list[Candidate]:
     found = [{"kl": s.kl, "threshold": threshold} if s.kl is not None and s.kl > threshold else None for s in steps]
     return _fire("kl_spike", steps, found, lambda e: f"KL to the reference is {e['kl']:.4g} nats, past {threshold}")
+
+
+def _judge_failures(steps: Sequence[StepPoint], *, rate: float) -> list[Candidate]:
+    def at(i: int) -> dict[str, Any] | None:
+        given = sum(s.judge_groups for s in steps[: i + 1])
+        dropped = sum(s.judge_dropped_groups for s in steps[: i + 1])
+        if given < JUDGE_FAILURES_MIN_GROUPS or dropped / given < rate:
+            return None
+        return {"dropped_groups": dropped, "judged_groups": given, "rate": dropped / given, "threshold": rate}
+
+    def message(e: dict[str, Any]) -> str:
+        return f"the judge could not score {e['dropped_groups']} of {e['judged_groups']} groups ({e['rate']:.0%}): check the judge"
+
+    return _fire("judge_failures", steps, [at(i) for i in range(len(steps))], message)
+
+
+def _judge_disagreement(steps: Sequence[StepPoint], *, threshold: float, window: int) -> list[Candidate]:
+    judged = [s for s in steps if s.judge_agreement is not None]
+
+    def at(i: int) -> dict[str, Any] | None:
+        if i + 1 < window:
+            return None
+        recent = [s.judge_agreement for s in judged[i + 1 - window : i + 1]]
+        mean = sum(recent) / window  # type: ignore[arg-type]
+        if mean >= threshold:
+            return None
+        return {"agreement": mean, "threshold": threshold, "window": window, "steps": [s.step for s in judged[i + 1 - window : i + 1]]}
+
+    def message(e: dict[str, Any]) -> str:
+        return (f"RULER scores and the environment's own rewards rank trajectories differently (mean rank correlation "
+                f"{e['agreement']:+.3f} over {e['window']} steps, under {e['threshold']}): read the rollouts")  # fmt: skip
+
+    return _fire("judge_disagreement", judged, [at(i) for i in range(len(judged))], message)

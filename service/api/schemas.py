@@ -68,9 +68,27 @@ class ValidationPublic(PublicModel):
     created_at: datetime
 
 
+class JudgeTotals(BaseModel):
+    """What a judged job's judge calls have cost so far, summed over its steps."""
+
+    judge_responses: float = Field(description="Judge responses received (retried calls count each time).")
+    judge_prompt_tokens: float
+    judge_completion_tokens: float
+    judge_cost_usd: float = Field(description="From litellm's price map; responses of unpriced models add nothing.")
+    judge_unpriced: float = Field(description="Responses whose model litellm has no price for.")
+    judge_groups: float = Field(description="Groups given to the judge.")
+    judge_dropped_groups: float = Field(description="Groups the judge could not score after retries (left out of training).")
+    judge_attempts: float
+    judge_clamped_scores: float = Field(description="Scores outside [0, 1] that were clamped.")
+
+
 class MetricsPublic(BaseModel):
     steps: list[StepPublic] = Field(description="Every training step, in order.")
-    validation: list[ValidationPublic] = Field(description="Every validation point, step 0 (the baseline) first.")
+    validation: list[ValidationPublic] = Field(
+        description="Every validation point, step 0 (the baseline) first. In ruler mode (no ground truth) a point's "
+        "accuracy is the mean RULER reward of the steps since the previous point."
+    )
+    judge: JudgeTotals | None = Field(None, description="Judge calls, tokens and cost; null for jobs scored by a verifier.")
 
 
 class TrajectoryPublic(PublicModel):

@@ -62,8 +62,13 @@ class TrainingDisplay:
             info = f"reward {data['reward_mean']:.3f}  {self.last_val}"
             self.progress.update(self.train, completed=data["step"], info=info)
         elif kind == "validation":
-            self.last_val = f"val {data['accuracy']:.3f} (greedy {data['greedy_accuracy']:.3f}) @ {data['step']}"
+            greedy = f" (greedy {data['greedy_accuracy']:.3f})" if data.get("greedy_accuracy") is not None else ""
+            self.last_val = f"val {data['accuracy']:.3f}{greedy} @ {data['step']}"
             self.progress.update(self.train, completed=data["step"], info=self.last_val)
+        elif kind == "judge_outage":
+            self.progress.console.print(f"step {data['step']}: the judge scored no group, trying the step again: {data['failures'][:1]}")
+        elif kind == "budget":
+            self.progress.console.print(f"judge budget reached: ${data['judge_cost_usd']:.4f} of ${data['max_judge_cost_usd']}")
 
 
 def _open_store(settings: Settings):
@@ -119,6 +124,8 @@ def train(
                                "every_n_steps": every_n_steps, "max_examples": val_examples},
             }  # fmt: skip
             spec = _build_spec(spec_file, env, seed, flags, _parse_env_args(env_arg or []))
+            if (refusal := settings.refuse_judge(spec.reward.judge_model)) is not None:
+                raise fail(refusal)
             job = runs.create_job(session, spec=spec)
             session.commit()
     # Imported only now, with the job in hand: torch and ART take seconds to load, which `artsvc --help` and
@@ -133,7 +140,7 @@ def train(
     try:
         with display.progress:
             hooks = JobHooks(on_event=display, trajectories_per_step=settings.trajectories_per_step)
-            job = asyncio.run(run_job(job.id, db=engine, data_dir=settings.data_dir, hooks=hooks))
+            job = asyncio.run(run_job(job.id, db=engine, data_dir=settings.data_dir, hooks=hooks, settings=settings))
     except KeyboardInterrupt:
         raise fail(f"interrupted; resume with: artsvc train --resume {job.id}") from None
     except (BackendUnavailableError, store_db.StoreError) as exc:

@@ -139,3 +139,16 @@ def finish_job(
     data = {"status": status.value, "stop_reason": stop_reason.value, "best_step": best_step,
             "best_val_accuracy": best_val_accuracy, "step": job.step, "error": error}  # fmt: skip
     append_event(session, job_id=job.id, kind="finished", data=data)
+
+
+JUDGE_TOTALS = ("judge_responses", "judge_prompt_tokens", "judge_completion_tokens", "judge_cost_usd", "judge_unpriced",
+                "judge_groups", "judge_dropped_groups", "judge_attempts", "judge_clamped_scores")  # fmt: skip
+
+
+def judge_totals(session: Session, *, job_id: str) -> dict[str, float] | None:
+    """A job's judge account (service/training/judging.py writes it into each step's metrics), summed over
+    its steps; None if no step was judged."""
+    judged = [s.metrics for s in steps(session, job_id=job_id) if "judge_groups" in s.metrics]
+    if not judged:
+        return None
+    return {key: sum(float(m.get(key) or 0.0) for m in judged) for key in JUDGE_TOTALS}

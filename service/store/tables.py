@@ -42,6 +42,7 @@ class StopReason(str, Enum):
     divergence = "divergence"
     cancelled = "cancelled"
     error = "error"
+    budget = "budget"  # the job's judge calls reached reward.max_judge_cost_usd
 
 
 class Role(str, Enum):

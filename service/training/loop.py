@@ -23,10 +23,14 @@ import environments
 from environments.base import Environment, Sampling
 from service.alerts import check_alerts
 from service.backends import make_backend
+from service.settings import Settings, get_settings
 from service.spec import DEFAULT_BASE_MODEL, JobSpec
 from service.store import runs
 from service.store.tables import Alert, Job, JobStatus, StopReason
 from service.training.schedule import cosine_schedule
+from judges.ruler import RulerJudge
+from judges.usage import JudgeUsage
+from service.training.judging import StepJudging, judge_for
 from service.training.seeding import batch_for_step, derive_seed
 from service.training.stopping import Decision, decide
 from service.training.validation import validate
@@ -35,6 +39,7 @@ ProgressCallback = Callable[[str, dict[str, Any]], None]
 WARM_START_STATE_KEY = "artsvc_warm_start"
 WARM_START_TURNS_PER_BATCH = 64
 ROLLOUT_FAILURE_TOLERANCE = 0.1  # fraction of a step's rollouts that may raise before the step fails
+JUDGE_OUTAGE_ATTEMPTS = 3  # tries of a step whose every group the judge failed, before the job stops
 
 
 def _ignore(*_: Any) -> None:
@@ -55,6 +60,10 @@ class JobInterrupted(Exception):
     """The process stopped the job at a step boundary (shutdown, lost lease); nothing was recorded, it can resume."""
 
 
+class JudgeOutage(Exception):
+    """The judge scored none of a step's groups, JUDGE_OUTAGE_ATTEMPTS times in a row."""
+
+
 @dataclass
 class _Run:
     """What one execution of a job holds while it runs."""
@@ -66,6 +75,8 @@ class _Run:
     backend: art.Backend
     db: Engine
     hooks: JobHooks = field(default_factory=JobHooks)
+    judge: RulerJudge | None = None
+    unrecorded_judging: JudgeUsage = field(default_factory=JudgeUsage)  # paid for by steps that trained nothing
 
     def session(self) -> Session:
         return Session(self.db, expire_on_commit=False)
@@ -150,9 +161,25 @@ async def _resume_point(run: _Run) -> int:
 
 
 async def _train_step(run: _Run, step: int) -> int:
+    """Roll out, (judge,) train and record one step. With a judge, a step whose every group the judge
+    failed trains nothing and is tried again (its judge cost is carried to the step that records)."""
+    for _ in range(JUDGE_OUTAGE_ATTEMPTS):
+        judging = StepJudging(run.judge) if run.judge is not None else None
+        started = time.monotonic()
+        groups = await _rollouts(run, step, judging)
+        if groups:
+            return await _train_and_record(run, groups, judging, started=started, rollout_s=time.monotonic() - started)
+        assert judging is not None  # without a judge, gather raises rather than return no group
+        run.unrecorded_judging.add(judging.usage)
+        run.on_event("judge_outage", {"step": step, "failures": judging.failures[:3]})
+    raise JudgeOutage(
+        f"the judge scored none of step {step}'s groups in {JUDGE_OUTAGE_ATTEMPTS} tries; last: {judging.failures[-1]}"
+    )
+
+
+async def _rollouts(run: _Run, step: int, judging: StepJudging | None) -> list[art.TrajectoryGroup]:
     spec = run.spec
     scenarios = batch_for_step(run.env.scenarios("train"), seed=spec.seed, step=step, size=spec.training.groups_per_step)
-    started = time.monotonic()
 
     def rollouts(scenario: dict) -> art.TrajectoryGroup:
         return art.TrajectoryGroup(
@@ -165,10 +192,18 @@ async def _train_step(run: _Run, step: int) -> int:
         )
 
     total = spec.training.groups_per_step * spec.training.group_size
-    groups = await art.gather_trajectory_groups(
-        (rollouts(s) for s in scenarios), pbar_desc=None, max_exceptions=int(total * ROLLOUT_FAILURE_TOLERANCE)
+    return await art.gather_trajectory_groups(
+        (rollouts(s) for s in scenarios),
+        pbar_desc=None,
+        max_exceptions=int(total * ROLLOUT_FAILURE_TOLERANCE),
+        after_each=judging.after_each if judging is not None else None,
     )
-    rollout_s = time.monotonic() - started
+
+
+async def _train_and_record(
+    run: _Run, groups: list[art.TrajectoryGroup], judging: StepJudging | None, *, started: float, rollout_s: float
+) -> int:
+    spec = run.spec
     result = await run.backend.train(
         run.model, groups, learning_rate=spec.training.learning_rate, kl_penalty_coef=spec.training.kl_penalty_coef
     )
@@ -179,6 +214,11 @@ async def _train_step(run: _Run, step: int) -> int:
     rewards = [t.reward for t in trajectories]
     mean = sum(rewards) / len(rewards)
     metrics = result.metrics
+    judge_metrics: dict[str, Any] = {}
+    if judging is not None:
+        judging.usage.add(run.unrecorded_judging)
+        run.unrecorded_judging = JudgeUsage()
+        judge_metrics = judging.metrics()
     values = {
         "reward_mean": mean,
         "reward_std": (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5,
@@ -196,6 +236,7 @@ async def _train_step(run: _Run, step: int) -> int:
             "rollout_s": rollout_s,
             "train_s": train_s,
             "rollout_exceptions": float(sum(len(g.exceptions) for g in groups)),
+            **judge_metrics,
         },
     }
     with run.session() as session:
@@ -222,18 +263,16 @@ async def _validate_and_decide(run: _Run, step: int, *, due: bool = True) -> Dec
     spec = run.spec
     with run.session() as session:
         recorded = {p.step: p for p in runs.validation_points(session, job_id=run.job_id)}
-    if due and step not in recorded:
-        rows = run.env.scenarios("val")[: spec.validation.max_examples]
-        result = await validate(run.env, run.model, rows, seed=spec.seed, temperature=spec.validation.temperature)
-        await run.model.log(result.trajectories, split="val", step=step)
+    if due and step not in recorded and (measured := await _measure(run, step, recorded)) is not None:
+        values, trajectories = measured
         with run.session() as session:
             job = runs.get_job(session, job_id=run.job_id)
-            recorded[step] = runs.record_validation(session, job=job, step=step, values=result.row_values())
-            sampled = _sampled([result.trajectories], run.hooks.trajectories_per_step)
+            recorded[step] = runs.record_validation(session, job=job, step=step, values=values)
+            sampled = _sampled([trajectories], run.hooks.trajectories_per_step)
             runs.record_trajectories(session, job=job, step=step, split="val", rows=sampled)
             alerts = check_alerts(session, job=job, spec=run.spec)  # committed with the row that fired them
             session.commit()
-        run.on_event("validation", {"step": step, **result.row_values()})
+        run.on_event("validation", {"step": step, **values})
         _announce(run, alerts)
     series = [(p.step, p.accuracy) for p in sorted(recorded.values(), key=lambda p: p.step)]
     v = spec.validation
@@ -248,6 +287,27 @@ async def _validate_and_decide(run: _Run, step: int, *, due: bool = True) -> Dec
     if decision.stop_reason is None and spec.alerts.stop_on_divergence and _diverged(run):
         return replace(decision, stop_reason=StopReason.divergence)
     return decision
+
+
+async def _measure(
+    run: _Run, step: int, recorded: dict[int, Any]
+) -> tuple[dict[str, Any], list[art.Trajectory]] | None:
+    """The point the stopping rules read at ``step``: ground-truth validation accuracy, or in ruler mode
+    (no ground truth) the mean RULER reward of the steps since the last point (none at step 0)."""
+    spec = run.spec
+    if spec.reward.mode == "ruler":
+        since = max((s for s in recorded if s < step), default=0)
+        with run.session() as session:
+            rewards = [s.reward_mean for s in runs.steps(session, job_id=run.job_id) if since < s.step <= step]
+        if not rewards:
+            return None
+        values = {"accuracy": sum(rewards) / len(rewards), "greedy_accuracy": None, "examples": len(rewards),
+                  "temperature": spec.training.temperature, "outcomes": {}, "wall_time_s": 0.0}  # fmt: skip
+        return values, []
+    rows = run.env.scenarios("val")[: spec.validation.max_examples]
+    result = await validate(run.env, run.model, rows, seed=spec.seed, temperature=spec.validation.temperature)
+    await run.model.log(result.trajectories, split="val", step=step)
+    return result.row_values(), result.trajectories
 
 
 def _diverged(run: _Run) -> bool:
@@ -307,15 +367,19 @@ def model_for(job_id: str, spec: JobSpec, env: Environment, data_dir: Path) -> a
     )
 
 
-async def run_job(job_id: str, *, db: Engine, data_dir: Path, hooks: JobHooks | None = None) -> Job:
+async def run_job(
+    job_id: str, *, db: Engine, data_dir: Path, hooks: JobHooks | None = None, settings: Settings | None = None
+) -> Job:
     """Run (or resume) the job to a stop; the returned job row says how it ended.
 
     Failures inside the run are recorded on the job (status failed, stop reason error) and
     re-raised to the caller. An interruption (Ctrl-C, task cancellation, JobInterrupted from
     ``hooks.should_stop``) records nothing: the job stays resumable from its last checkpointed
     step. A cancel requested through the store stops it at the next step boundary as cancelled.
+    ``settings`` (default: the process's) say which judges the operator allows and where they are.
     """
     hooks = hooks or JobHooks()
+    settings = settings or get_settings()
     with Session(db, expire_on_commit=False) as session:
         job = runs.get_job(session, job_id=job_id)
         if job is None:
@@ -326,8 +390,9 @@ async def run_job(job_id: str, *, db: Engine, data_dir: Path, hooks: JobHooks | 
     backend: art.Backend | None = None
     try:
         env = environments.load(spec.environment, spec.environment_args)
+        judge = judge_for(spec.reward, settings)
         backend = make_backend(spec.model.backend, data_dir=data_dir, seed=spec.seed)
-        run = _Run(job_id, spec, env, model_for(job_id, spec, env, data_dir), backend, db, hooks)
+        run = _Run(job_id, spec, env, model_for(job_id, spec, env, data_dir), backend, db, hooks, judge)
         await run.model.register(backend)
         await _warm_start(run)
         step = await _resume_point(run)
@@ -335,18 +400,35 @@ async def run_job(job_id: str, *, db: Engine, data_dir: Path, hooks: JobHooks | 
         while decision.stop_reason is None:
             if (control := _control(run)) is not None:
                 return _finish(db, job_id, status=JobStatus.cancelled, reason=control, decision=decision)
+            if (spent := _judge_budget_spent(run)) is not None:
+                run.on_event("budget", {"step": step, "judge_cost_usd": spent, "max_judge_cost_usd": spec.reward.max_judge_cost_usd})
+                return _finish(db, job_id, status=JobStatus.succeeded, reason=StopReason.budget, decision=decision)
             step = await _train_step(run, step + 1)
             decision = await _validate_if_due(run, step)
             await _prune_checkpoints(run, step, decision.best_step)
         return _finish(db, job_id, status=JobStatus.succeeded, reason=decision.stop_reason, decision=decision)
     except JobInterrupted:
         raise
+    except JudgeOutage as exc:  # the judge's failure, recorded as the job's stop; the worker goes on
+        return _finish(db, job_id, status=JobStatus.failed, reason=StopReason.error, decision=None, error=str(exc))
     except Exception as exc:
         _finish(db, job_id, status=JobStatus.failed, reason=StopReason.error, decision=None, error=f"{type(exc).__name__}: {exc}")
         raise
     finally:
         if backend is not None:
             await backend.close()
+
+
+def _judge_budget_spent(run: _Run) -> float | None:
+    """What the job's judge calls have cost, once that reaches its budget (checked between steps, so the
+    last step may pass the budget by what one step's judging costs); None while under it or unbounded."""
+    budget = run.spec.reward.max_judge_cost_usd
+    if budget is None:
+        return None
+    with run.session() as session:
+        totals = runs.judge_totals(session, job_id=run.job_id)
+    spent = (totals["judge_cost_usd"] if totals else 0.0) + run.unrecorded_judging.cost_usd
+    return spent if spent >= budget else None
 
 
 async def _prune_checkpoints(run: _Run, step: int, best_step: int | None) -> None:

@@ -119,7 +119,7 @@ class Worker:
             trajectories_per_step=self.settings.trajectories_per_step,
         )
         try:
-            ended = await run_job(job.id, db=self.engine, data_dir=self.settings.data_dir, hooks=hooks)
+            ended = await run_job(job.id, db=self.engine, data_dir=self.settings.data_dir, hooks=hooks, settings=self.settings)
             reason = ended.stop_reason.value if ended.stop_reason else "-"
             log.info("finished job %s: %s (%s) at step %d", ended.id, ended.status.value, reason, ended.step)
         except JobInterrupted:

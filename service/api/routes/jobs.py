@@ -10,11 +10,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
 import environments
-from service.api.deps import CallerDep, SessionDep, visible_job
+from service.api.deps import CallerDep, SessionDep, SettingsDep, visible_job
 from service.api.errors import ErrorBody
 from service.api.schemas import (
     JobList,
     JobPublic,
+    JudgeTotals,
     MetricsPublic,
     StepPublic,
     TrajectoryList,
@@ -48,6 +49,7 @@ def submit_job(
     spec: JobSpec,
     session: SessionDep,
     caller: CallerDep,
+    settings: SettingsDep,
     response: Response,
     idempotency_key: Annotated[
         str | None,
@@ -66,6 +68,8 @@ def submit_job(
         environments.load(spec.environment, spec.environment_args)  # constructors are cheap by contract
     except environments.EnvironmentConfigError as exc:
         raise HTTPException(422, f"environment_args: {exc}") from None
+    if (refusal := settings.refuse_judge(spec.reward.judge_model)) is not None:
+        raise HTTPException(422, refusal)
     job, replayed = _create_once(session, spec=spec, caller=caller, key=idempotency_key)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
@@ -112,9 +116,11 @@ def cancel_job(job_id: str, session: SessionDep, caller: CallerDep) -> JobPublic
 def get_metrics(job_id: str, session: SessionDep, caller: CallerDep) -> MetricsPublic:
     """Every training step's metrics and every validation point, in step order."""
     job = visible_job(session, caller=caller, job_id=job_id)
+    totals = runs.judge_totals(session, job_id=job.id)
     return MetricsPublic(
         steps=[StepPublic.model_validate(row) for row in runs.steps(session, job_id=job.id)],
         validation=[ValidationPublic.model_validate(row) for row in runs.validation_points(session, job_id=job.id)],
+        judge=JudgeTotals(**totals) if totals else None,
     )
 
 

@@ -1,0 +1,80 @@
+"""Templates as in OpenAI's graders: ``{{sample.output_text}}``, ``{{item.answer}}``, ``{{sample.output_json.steps.0}}``.
+
+A reference is a dotted path from ``sample`` or ``item`` through mappings (by key) and lists (by index). A string
+renders as it is, any other value as JSON. A reference that does not resolve, or resolves to null, is a TemplateError
+(which graders turn into an error result): a missing field is never graded as an empty string.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
+
+REFERENCE = re.compile(r"\{\{\s*(.*?)\s*\}\}")
+ROOTS = ("sample", "item")
+
+
+class TemplateError(ValueError):
+    """A reference in a template does not resolve for this sample and item."""
+
+
+def sample_from_text(output_text: str) -> dict[str, Any]:
+    """The ``sample`` graders read, from a model's final reply: ``output_json`` is the reply parsed as a JSON object,
+    or None when it is not one."""
+    try:
+        parsed = json.loads(output_text)
+    except ValueError:
+        parsed = None
+    return {"output_text": output_text, "output_json": parsed if isinstance(parsed, dict) else None}
+
+
+def check(template: str) -> str:
+    """``template`` itself if every reference starts at ``sample`` or ``item`` and has no empty part; else ValueError
+    (used by config validation, so a typo is caught at build time)."""
+    for match in REFERENCE.finditer(template):
+        parts = match.group(1).split(".")
+        if parts[0] not in ROOTS or "" in parts:
+            raise ValueError(f"reference {match.group(0)!r} must be a dotted path from 'sample' or 'item'")
+    return template
+
+
+Template = Annotated[str, AfterValidator(check)]  # a config field holding a template, checked at build time
+
+
+def render(template: str, *, sample: Any, item: Any) -> str:
+    """``template`` with every reference replaced by its value; TemplateError names the first one that fails."""
+    roots = {"sample": sample, "item": item}
+    return REFERENCE.sub(lambda match: _text(match.group(1), _resolve(match.group(1), roots)), template)
+
+
+def _resolve(path: str, roots: dict[str, Any]) -> Any:
+    parts = path.split(".")
+    value = roots[parts[0]]  # check() has made sure the root is one of ROOTS
+    for depth, part in enumerate(parts[1:], start=1):
+        where = ".".join(parts[:depth])
+        if isinstance(value, Mapping):
+            if part not in value:
+                raise TemplateError(f"{{{{{path}}}}}: {where} has no field {part!r}")
+            value = value[part]
+        elif isinstance(value, Sequence) and not isinstance(value, str) and part.isascii() and part.isdigit():
+            if int(part) >= len(value):
+                raise TemplateError(f"{{{{{path}}}}}: {where} has {len(value)} elements, no index {part}")
+            value = value[int(part)]
+        else:
+            raise TemplateError(f"{{{{{path}}}}}: {where} is {type(value).__name__}, which has no field {part!r}")
+    if value is None:
+        raise TemplateError(f"{{{{{path}}}}} is null")
+    return value
+
+
+def _text(path: str, value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (ValueError, RecursionError) as exc:  # a circular or too deeply nested value
+        raise TemplateError(f"{{{{{path}}}}} cannot be written as JSON: {exc}") from None

@@ -1,0 +1,97 @@
+"""Judged rewards inside a training step: RULER rescoring each group as its rollouts finish, and the
+account of what that cost and how it went (stored with the step, read by the alert rules and the budget).
+
+The judge's endpoint, key and limits are the operator's (Settings); a job only names an allowed model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import art
+import polars as pl
+
+from judges.ruler import GroupJudgement, JudgeConfig, RulerJudge
+from judges.usage import JudgeUsage
+from service.settings import Settings
+from service.spec import RewardSpec
+
+
+class JudgeNotAllowed(ValueError):
+    """The job names a judge the operator has not allowed (the API refuses it; a worker fails the job)."""
+
+
+def judge_for(reward: RewardSpec, settings: Settings) -> RulerJudge | None:
+    """The job's RULER judge under the operator's settings; None in verifier mode."""
+    if reward.mode == "verifier":
+        return None
+    if (refusal := settings.refuse_judge(reward.judge_model)) is not None:
+        raise JudgeNotAllowed(refusal)
+    assert reward.judge_model is not None  # the spec requires it in judged modes
+    return RulerJudge(
+        JudgeConfig(
+            model=reward.judge_model,
+            rubric=reward.rubric,
+            api_base=settings.judge_api_base,
+            api_key=settings.judge_api_key.get_secret_value() if settings.judge_api_key else None,
+            timeout_s=settings.judge_timeout_s,
+            max_retries=settings.judge_max_retries,
+            backoff_s=settings.judge_backoff_s,
+            concurrency=settings.judge_concurrency,
+        )
+    )
+
+
+def rank_agreement(group: art.TrajectoryGroup) -> float | None:
+    """Spearman correlation of RULER scores with the trajectories' own rewards; None when either is constant."""
+    ruler = [t.metrics["ruler_score"] for t in group.trajectories]
+    own = [t.metrics["independent_reward"] for t in group.trajectories]
+    if len(set(ruler)) < 2 or len(set(own)) < 2:
+        return None
+    frame = pl.DataFrame({"ruler": ruler, "own": own}, schema={"ruler": pl.Float64, "own": pl.Float64})
+    value = frame.select(pl.corr("ruler", "own", method="spearman")).item()
+    return float(value) if value is not None and math.isfinite(value) else None
+
+
+@dataclass
+class StepJudging:
+    """Judges one step's groups as gather_trajectory_groups finishes them (``after_each``) and keeps the
+    account. A group the judge could not score is dropped from the step; the others go on."""
+
+    judge: RulerJudge
+    usage: JudgeUsage = field(default_factory=JudgeUsage)
+    judged: int = 0
+    dropped: int = 0
+    attempts: int = 0
+    clamped: int = 0
+    failures: list[str] = field(default_factory=list)
+    agreements: list[float] = field(default_factory=list)
+
+    async def after_each(self, group: art.TrajectoryGroup) -> art.TrajectoryGroup | None:
+        result: GroupJudgement = await self.judge.judge(group)
+        self.usage.add(result.usage)
+        self.attempts += result.attempts
+        self.clamped += len(result.clamped)
+        if result.group is None:
+            self.dropped += 1
+            self.failures.append(result.failure or "unknown")
+            return None
+        self.judged += 1
+        if (agreement := rank_agreement(result.group)) is not None:
+            self.agreements.append(agreement)
+        return result.group
+
+    def metrics(self) -> dict[str, Any]:
+        """The step's judge numbers, as stored in the step's metrics."""
+        values: dict[str, Any] = {
+            **self.usage.as_metrics(),
+            "judge_groups": float(self.judged + self.dropped),
+            "judge_dropped_groups": float(self.dropped),
+            "judge_attempts": float(self.attempts),
+            "judge_clamped_scores": float(self.clamped),
+        }
+        if self.agreements:
+            values["judge_agreement"] = sum(self.agreements) / len(self.agreements)
+        return values

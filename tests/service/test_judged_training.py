@@ -1,0 +1,120 @@
+"""Judged jobs end to end: the training loop on the embedded backend with RULER from a judge server on
+loopback (the real protocol, through litellm), against a real SQLite store."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from sqlmodel import Session, select
+
+from service.settings import Settings
+from service.store import runs
+from service.store.tables import Alert, JobStatus, SampledTrajectory, StopReason
+from service.training.judging import JudgeNotAllowed
+from service.training.loop import run_job
+from tests.judges.judge_server import Behaviour, judge_server
+from tests.service.test_training_loop import TINY_RUN, _history, _new_store, _submit
+
+JUDGE = "openai/gpt-4o-mini"  # priced in litellm's local map, served by the test judge
+
+
+def judged(mode: str = "hybrid", **reward) -> dict:
+    return {**TINY_RUN, "reward": {"mode": mode, "judge_model": JUDGE, **reward}}
+
+
+def settings_for(server, tmp_path, **overrides) -> Settings:
+    values = {"data_dir": tmp_path / "data", "judge_models": [JUDGE], "judge_api_base": server.api_base,
+              "judge_api_key": "test", "judge_timeout_s": 5.0, "judge_max_retries": 1, "judge_backoff_s": 0.01}  # fmt: skip
+    return Settings(**{**values, **overrides})
+
+
+def train(engine, job_id, tmp_path, settings):
+    return asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "data", settings=settings))
+
+
+def step_metrics(engine, job_id):
+    with Session(engine) as session:
+        return [s.metrics for s in runs.steps(session, job_id=job_id)]
+
+
+def test_a_hybrid_job_trains_on_ruler_rewards_and_stops_on_ground_truth(tmp_path):
+    engine = _new_store(tmp_path)
+    job_id = _submit(engine, judged())
+    with judge_server() as server:
+        job = train(engine, job_id, tmp_path, settings_for(server, tmp_path))
+        calls = len(server.requests)
+    assert job.status is JobStatus.succeeded and job.stop_reason is StopReason.max_steps
+    steps, points = _history(engine, job_id)
+    assert [p[0] for p in points] == [0, 2, 4] and all(p[2] is not None for p in points)  # ground truth, greedy beside
+    metrics = step_metrics(engine, job_id)
+    assert calls == 4 * 2  # one call per group: 4 steps of 2 groups
+    assert all(m["judge_groups"] == 2 and m["judge_dropped_groups"] == 0 for m in metrics)
+    assert all(m["judge_prompt_tokens"] > 0 and m["judge_cost_usd"] > 0 for m in metrics)
+    with Session(engine) as session:
+        totals = runs.judge_totals(session, job_id=job_id)
+        rows = session.exec(select(SampledTrajectory).where(SampledTrajectory.job_id == job_id)).all()
+    assert totals["judge_groups"] == 8 and totals["judge_cost_usd"] == sum(m["judge_cost_usd"] for m in metrics)
+    train_rows = [r for r in rows if r.split == "train"]
+    assert train_rows and {r.reward for r in train_rows} <= {0.1, 0.9}  # the judge's scores, not the verifier's
+    assert all("independent_reward" in r.details["metrics"] for r in train_rows)
+
+
+def test_groups_the_judge_cannot_score_are_dropped_and_the_rest_train(tmp_path):
+    engine = _new_store(tmp_path)
+    job_id = _submit(engine, judged())
+    with judge_server([Behaviour(status=401)]) as server:  # the first group's call is refused, not retried
+        job = train(engine, job_id, tmp_path, settings_for(server, tmp_path))
+    assert job.status is JobStatus.succeeded and job.step == 4
+    metrics = step_metrics(engine, job_id)
+    assert [m["judge_dropped_groups"] for m in metrics] == [1, 0, 0, 0]
+    with Session(engine) as session:
+        first = runs.steps(session, job_id=job_id)[0]
+        alerts = session.exec(select(Alert).where(Alert.job_id == job_id)).all()
+    assert first.groups == 1  # the other group of step 1 trained
+    failures = [a for a in alerts if a.kind == "judge_failures"]
+    assert len(failures) == 1 and failures[0].step == 2 and failures[0].evidence["dropped_groups"] == 1
+
+
+def test_a_judge_that_is_down_stops_the_job_with_the_reason(tmp_path):
+    engine = _new_store(tmp_path)
+    job_id = _submit(engine, judged())
+    with judge_server([Behaviour(status=503)] * 100) as server:
+        job = train(engine, job_id, tmp_path, settings_for(server, tmp_path))
+    assert job.status is JobStatus.failed and job.stop_reason is StopReason.error
+    assert "the judge scored none of step 1's groups in 3 tries" in job.error and "ServiceUnavailableError" in job.error
+    assert _history(engine, job_id)[0] == []
+
+
+def test_the_judge_budget_stops_the_job(tmp_path):
+    engine = _new_store(tmp_path)
+    job_id = _submit(engine, judged(max_judge_cost_usd=1e-6))
+    with judge_server() as server:
+        job = train(engine, job_id, tmp_path, settings_for(server, tmp_path))
+    assert job.status is JobStatus.succeeded and job.stop_reason is StopReason.budget and job.step == 1
+    assert step_metrics(engine, job_id)[0]["judge_cost_usd"] >= 1e-6
+
+
+def test_a_ruler_job_stops_when_the_mean_ruler_reward_plateaus(tmp_path):
+    engine = _new_store(tmp_path)
+    spec = judged("ruler")
+    spec["training"] = {**spec["training"], "max_steps": 50}
+    spec["validation"] = {**spec["validation"], "every_n_steps": 1, "patience": 2, "min_delta": 0.5}
+    job_id = _submit(engine, spec)
+    with judge_server(scorer=lambda text: 0.5) as server:
+        job = train(engine, job_id, tmp_path, settings_for(server, tmp_path))
+    assert job.status is JobStatus.succeeded and job.stop_reason is StopReason.plateau and job.step == 3
+    steps, points = _history(engine, job_id)
+    assert [p[0] for p in points] == [1, 2, 3]  # no ground truth, so no step-0 point
+    assert [p[1] for p in points] == [s[1] for s in steps] == [0.5, 0.5, 0.5] and all(p[2] is None for p in points)
+
+
+def test_a_judge_the_operator_does_not_allow_fails_the_job_before_it_trains(tmp_path):
+    engine = _new_store(tmp_path)
+    job_id = _submit(engine, judged())
+    with judge_server() as server, pytest.raises(JudgeNotAllowed):
+        train(engine, job_id, tmp_path, settings_for(server, tmp_path, judge_models=["openai/other"]))
+    assert server.requests == []
+    with Session(engine) as session:
+        job = runs.get_job(session, job_id=job_id)
+    assert job.status is JobStatus.failed and "'openai/gpt-4o-mini' is not a judge this server allows" in job.error
