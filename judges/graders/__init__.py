@@ -7,7 +7,7 @@
 ``{{sample.output_text}}`` and ``{{item.field.sub}}``. A GradeResult whose details have "error" was not graded.
 """
 
-from judges.graders.base import GradeResult, Grader, GraderConfigError
+from judges.graders.base import Grader, GraderConfigError, GradeResult
 from judges.graders.build import build_grader
 from judges.graders.templates import sample_from_text
 

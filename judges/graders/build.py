@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Set
-from typing import Annotated, Any, Union
+from collections.abc import Set as AbstractSet
+from typing import Annotated, Any
 
 from pydantic import Field, TypeAdapter, ValidationError
 
@@ -15,7 +15,7 @@ from judges.graders.string_check import StringCheckConfig, StringCheckGrader
 from judges.graders.text_similarity import TextSimilarityConfig, TextSimilarityGrader
 
 GraderConfig = Annotated[
-    Union[StringCheckConfig, TextSimilarityConfig, PythonConfig, ScoreModelConfig, MultiConfig],
+    StringCheckConfig | TextSimilarityConfig | PythonConfig | ScoreModelConfig | MultiConfig,
     Field(discriminator="type"),
 ]
 MultiConfig.model_rebuild(_types_namespace={"GraderConfig": GraderConfig})  # multi's parts are any grader config
@@ -24,7 +24,7 @@ _CONFIG = TypeAdapter(GraderConfig)
 
 
 def build_grader(
-    config: dict, *, allowed_models: Set[str] | None = None, litellm_params: dict[str, Any] | None = None
+    config: dict, *, allowed_models: AbstractSet[str] | None = None, litellm_params: dict[str, Any] | None = None
 ) -> Grader:
     """A grader for ``config``. ``allowed_models`` (None: any) bounds the models a score_model may name;
     ``litellm_params`` (api_base, api_key, timeout...) go to every model call. Raises GraderConfigError, naming the

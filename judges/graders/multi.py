@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal
 import simpleeval
 from pydantic import Field, ValidationInfo, field_validator
 
-from judges.graders.base import GradeResult, Grader, GraderModel, clamp, describe, finite_number
+from judges.graders.base import Grader, GradeResult, GraderModel, clamp, describe, finite_number
 
 if TYPE_CHECKING:
     from judges.graders.build import GraderConfig
@@ -40,7 +40,7 @@ class MultiConfig(GraderModel):
     def _names_are_identifiers(cls, graders: dict) -> dict:
         for name in graders:
             if not name.isidentifier() or keyword.iskeyword(name) or name in FUNCTIONS:
-                raise ValueError(f"{name!r} cannot be used in a formula: use a Python identifier, not {list(FUNCTIONS)}")
+                raise ValueError(f"{name!r} cannot be a formula's name: use a Python identifier, not {list(FUNCTIONS)}")
         return graders
 
     @field_validator("calculate_output")
@@ -54,20 +54,27 @@ class MultiConfig(GraderModel):
 def check_formula(formula: str, names: Collection[str]) -> None:
     """Raises ValueError unless ``formula`` is one expression of numbers, ``names``, arithmetic, comparisons,
     if-else and calls of FUNCTIONS."""
+    problem = _formula_problem(formula, names)
+    if problem is not None:
+        raise ValueError(problem)
+
+
+def _formula_problem(formula: str, names: Collection[str]) -> str | None:
     try:
         tree = ast.parse(formula.strip(), mode="eval")
     except SyntaxError as exc:
-        raise ValueError(f"not an expression: {exc.msg}") from None
+        return f"not an expression: {exc.msg}"
     for node in ast.walk(tree):
         if not isinstance(node, ALLOWED_NODES):
-            raise ValueError(f"{type(node).__name__} is not allowed: use numbers, grader names, arithmetic, "
-                             f"comparisons, if-else and {', '.join(FUNCTIONS)}")  # fmt: skip
+            return (f"{type(node).__name__} is not allowed: use numbers, grader names, arithmetic, comparisons, "
+                    f"if-else and {', '.join(FUNCTIONS)}")  # fmt: skip
         if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float)):
-            raise ValueError(f"{node.value!r} is not a number")
+            return f"{node.value!r} is not a number"
         if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS):
-            raise ValueError(f"only {', '.join(FUNCTIONS)} can be called")
+            return f"only {', '.join(FUNCTIONS)} can be called"
         if isinstance(node, ast.Name) and node.id not in names and node.id not in FUNCTIONS:
-            raise ValueError(f"{node.id!r} is not one of the graders {sorted(names)}")
+            return f"{node.id!r} is not one of the graders {sorted(names)}"
+    return None
 
 
 class MultiGrader(Grader):

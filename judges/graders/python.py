@@ -25,7 +25,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from judges.graders.base import GradeResult, Grader, GraderModel, clamp, describe, finite_number
+from judges.graders.base import Grader, GradeResult, GraderModel, clamp, describe, finite_number
 
 VERSION = "python-1.0.0"  # bump when calling, validating or clamping changes (the function's own changes are its own)
 
@@ -78,13 +78,16 @@ class PythonGrader(Grader):
 
     async def _call(self, request: bytes) -> dict:
         """The child's answer: {"reward", "details"} or {"error"}; the process group is killed if it is still there."""
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, str(CHILD), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
+        try:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, str(CHILD), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+        except OSError as exc:  # out of processes or file descriptors
+            return {"error": f"could not start a process for {self.config.function}: {describe(exc)}"}
         try:
             stdout, _ = await asyncio.wait_for(process.communicate(request), timeout=self.config.timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return {"error": f"{self.config.function} did not return within {self.config.timeout_s} s"}
         finally:
             if process.returncode is None:  # timed out, or this task was cancelled

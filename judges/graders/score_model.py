@@ -15,10 +15,10 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from judges.graders import templates
-from judges.graders.base import GradeResult, Grader, GraderModel, StrictModel, clamp, describe, finite_number, snippet
+from judges.graders.base import Grader, GradeResult, GraderModel, StrictModel, clamp, describe, finite_number, snippet
 from judges.graders.templates import Template
 
 VERSION = "score_model-1.0.0"  # bump when the instruction, the parsing or the mapping changes
@@ -56,12 +56,13 @@ class ScoreModelConfig(GraderModel):
             raise ValueError(f"model {model!r} is not allowed here (allowed: {sorted(allowed)})")
         return model
 
-    @model_validator(mode="after")
-    def _range_is_ordered(self) -> ScoreModelConfig:
-        lo, hi = self.range
+    @field_validator("range")
+    @classmethod
+    def _range_is_ordered(cls, bounds: tuple[float, float]) -> tuple[float, float]:
+        lo, hi = bounds
         if not (lo < hi and math.isfinite(hi - lo)):
-            raise ValueError(f"range: [{lo}, {hi}] must have lo < hi, and a finite width")
-        return self
+            raise ValueError(f"[{lo:g}, {hi:g}] must have lo < hi, and a finite width")
+        return bounds
 
 
 class ScoreModelGrader(Grader):
@@ -83,10 +84,17 @@ class ScoreModelGrader(Grader):
         sampling = self.config.sampling_params.model_dump(exclude_none=True) if self.config.sampling_params else {}
         model = self.config.model
         import litellm  # seconds to import: paid by the first model-graded sample, not by every import of graders
+
         from judges.usage import response_cost
 
         try:
-            response = await litellm.acompletion(**{**self.litellm_params, **sampling, "model": model, "messages": messages})
+            call = {
+                **self.litellm_params,
+                **sampling,
+                "model": model,
+                "messages": messages,
+            }  # the config's sampling wins
+            response = await litellm.acompletion(**call)
         except Exception as exc:  # noqa: BLE001 -- any failed call (HTTP, timeout, auth) is an error result
             return self.error(f"the call to {model} failed: {describe(exc)}", model=model)
         usage = getattr(response, "usage", None)

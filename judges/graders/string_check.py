@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 from judges.graders import templates
-from judges.graders.base import GradeResult, Grader, GraderModel, snippet
+from judges.graders.base import Grader, GradeResult, GraderModel, snippet
 from judges.graders.templates import Template
 
 VERSION = "string_check-1.0.0"  # bump when any verdict could change

@@ -1,4 +1,4 @@
-"""Templates as in OpenAI's graders: ``{{sample.output_text}}``, ``{{item.answer}}``, ``{{sample.output_json.steps.0}}``.
+"""Templates as in OpenAI's graders: ``{{sample.output_text}}``, ``{{item.answer}}``, ``{{sample.output_json.a.0}}``.
 
 A reference is a dotted path from ``sample`` or ``item`` through mappings (by key) and lists (by index). A string
 renders as it is, any other value as JSON. A reference that does not resolve, or resolves to null, is a TemplateError
@@ -65,7 +65,8 @@ def _resolve(path: str, roots: dict[str, Any]) -> Any:
                 raise TemplateError(f"{{{{{path}}}}}: {where} has {len(value)} elements, no index {part}")
             value = value[int(part)]
         else:
-            raise TemplateError(f"{{{{{path}}}}}: {where} is {type(value).__name__}, which has no field {part!r}")
+            kind = "null" if value is None else type(value).__name__
+            raise TemplateError(f"{{{{{path}}}}}: {where} is {kind}, which has no field {part!r}")
     if value is None:
         raise TemplateError(f"{{{{{path}}}}} is null")
     return value

@@ -17,7 +17,7 @@ from typing import Literal
 from pydantic import Field
 
 from judges.graders import templates
-from judges.graders.base import GradeResult, Grader, GraderModel, clamp
+from judges.graders.base import Grader, GradeResult, GraderModel, clamp
 from judges.graders.templates import Template
 
 VERSION = "text_similarity-1.0.0"  # bump when any score could change (a metric, its options, a library's defaults)
@@ -53,12 +53,13 @@ class TextSimilarityGrader(Grader):
         if too_long:
             return self.error(f"{' and '.join(too_long)} characters, more than {MAX_TEXT_CHARS}")
         metric = self.config.evaluation_metric
-        score = clamp(await asyncio.to_thread(similarity(metric), text, reference))  # clamp: BLEU can be 100.00000000000004
+        score = clamp(await asyncio.to_thread(similarity(metric), text, reference))  # BLEU can be 1.0000000000000004
         details = {"metric": metric, "score": score}
         reason = f"{metric} similarity {score:.4f}"
         if self.config.pass_threshold is not None:
             details["passed"] = score >= self.config.pass_threshold
-            reason += f", {'at least' if details['passed'] else 'below'} the pass threshold {self.config.pass_threshold}"
+            relation = "at least" if details["passed"] else "below"
+            reason += f", {relation} the pass threshold {self.config.pass_threshold}"
         return self.result(score, reason, **details)
 
 
