@@ -33,6 +33,7 @@ import art
 import pydantic
 from art.rewards.ruler import DEFAULT_RUBRIC, TrajectoryScore, ruler
 
+from judges.groups import rescore
 from judges.usage import JudgeUsage, UsageMeter
 
 VERSION = "ruler-artsvc-1.0.0"  # bump when the judging semantics (prompt, matching, clamping) change
@@ -167,27 +168,17 @@ def apply_scores(group: art.TrajectoryGroup, scores: list[TrajectoryScore]) -> t
     if sorted(by_id) != sorted(expected):
         raise MalformedVerdict(f"scores for ids {sorted(by_id)[:20]}, but the trajectories are 1..{len(expected)}")
     clamped: list[str] = []
-    rescored = []
-    for trajectory_id, trajectory in zip(expected, group.trajectories):
+    rewards, metrics, logs = [], [], []
+    for trajectory_id in expected:
         raw = by_id[trajectory_id].score
         if not math.isfinite(raw):
             raise MalformedVerdict(f"trajectory {trajectory_id} scored {raw}")
         score = min(max(raw, 0.0), 1.0)
-        metrics = {**trajectory.metrics, "independent_reward": trajectory.reward, "ruler_score": score}
+        extra: dict[str, float] = {"ruler_score": score}
         if score != raw:
             clamped.append(f"trajectory {trajectory_id}: score {raw} outside [0, 1], clamped to {score}")
-            metrics["ruler_raw_score"] = raw
-        rescored.append(
-            trajectory.model_copy(
-                update={
-                    "reward": score,
-                    "metrics": metrics,
-                    "logs": [*trajectory.logs, f"RULER {score:.3f}: {by_id[trajectory_id].explanation}"],
-                }
-            )
-        )
-    judged = art.TrajectoryGroup(
-        rescored, metadata=dict(group.metadata), metrics=dict(group.metrics), logs=list(group.logs)
-    )
-    judged.exceptions = list(group.exceptions)  # kept as they were: the constructor would re-wrap them
-    return judged, clamped
+            extra["ruler_raw_score"] = raw
+        rewards.append(score)
+        metrics.append(extra)
+        logs.append(f"RULER {score:.3f}: {by_id[trajectory_id].explanation}")
+    return rescore(group, rewards, metrics=metrics, logs=logs), clamped

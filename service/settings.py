@@ -10,6 +10,8 @@ from typing import Annotated
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from service.spec import RewardSpec
+
 
 def is_loopback(host: str) -> bool:
     """Whether binding ``host`` keeps the server reachable from this machine only."""
@@ -76,12 +78,20 @@ class Settings(BaseSettings):
             raise ValueError(f"local_mode serves every request as the operator; refusing it on non-loopback host {self.host!r}")
         return self
 
-    def refuse_judge(self, model: str | None) -> str | None:
-        """Why a job may not name ``model`` as its judge, or None if it may (or names none)."""
-        if model is None or model in self.judge_models:
-            return None
+    def refuse_reward(self, reward: RewardSpec) -> str | None:
+        """Why this server will not run a job with ``reward``: it names a judge model (RULER's, or a score_model
+        grader's) that the operator does not allow. None if it may."""
         allowed = ", ".join(self.judge_models) or "none (the operator sets ARTSVC_JUDGE_MODELS)"
-        return f"reward.judge_model: {model!r} is not a judge this server allows; allowed: {allowed}"
+        if reward.judge_model is not None and reward.judge_model not in self.judge_models:
+            return f"reward.judge_model: {reward.judge_model!r} is not a judge this server allows; allowed: {allowed}"
+        if reward.grader is not None:
+            from judges.graders import GraderConfigError, build_grader  # config models only: cheap to import
+
+            try:
+                build_grader(reward.grader, allowed_models=set(self.judge_models))
+            except GraderConfigError as exc:
+                return f"reward.grader: {exc}; allowed models: {allowed}"
+        return None
 
     @property
     def resolved_database_url(self) -> str:

@@ -3,7 +3,7 @@ so ``{"environment": "math"}`` is a complete job."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, model_validator
 
@@ -34,9 +34,11 @@ class ModelSpec(_Section):
 class RewardSpec(_Section):
     """Where training rewards come from. ``verifier``: the environment's own scorer. ``ruler``: RULER judges each
     group and the job stops when the mean RULER reward plateaus. ``hybrid``: RULER rewards for training, the
-    environment's ground-truth validation accuracy for stopping (and divergence alerts between the two)."""
+    environment's ground-truth validation accuracy for stopping (and divergence alerts between the two).
+    ``grader``: a grader (judges/graders: string_check, text_similarity, python, score_model, multi) scores each
+    final reply against its scenario for training; validation stays the environment's ground truth."""
 
-    mode: Literal["verifier", "ruler", "hybrid"] = "verifier"
+    mode: Literal["verifier", "ruler", "hybrid", "grader"] = "verifier"
     judge_model: str | None = Field(
         None,
         min_length=3,
@@ -46,16 +48,33 @@ class RewardSpec(_Section):
     )
     rubric: str | None = Field(None, min_length=1, max_length=20_000, description="Grading standards for the judge.")
     max_judge_cost_usd: float | None = Field(
-        None, gt=0, le=1_000_000, description="Stop the job (stop reason budget) once its judge calls have cost this much."
+        None, gt=0, le=1_000_000, description="Stop the job (stop reason budget) once its judge or grader model calls have cost this much."
+    )
+    grader: dict[str, Any] | None = Field(
+        None,
+        examples=[{"type": "string_check", "name": "exact", "input": "{{sample.output_text}}",
+                   "reference": "Final: {{item.answer}}", "operation": "eq"}],  # fmt: skip
+        description="The grader of grader mode, as OpenAI's RFT graders are written (see docs/judges.md).",
     )
 
     @model_validator(mode="after")
-    def _judge_for_judged_modes(self) -> RewardSpec:
+    def _settings_of_the_mode(self) -> RewardSpec:
         judged = self.mode in ("ruler", "hybrid")
         if judged and self.judge_model is None:
             raise ValueError(f"reward.judge_model is required in {self.mode} mode")
-        if not judged and (self.judge_model, self.rubric, self.max_judge_cost_usd) != (None, None, None):
-            raise ValueError("reward.judge_model, rubric and max_judge_cost_usd apply to the ruler and hybrid modes only")
+        if not judged and (self.judge_model, self.rubric) != (None, None):
+            raise ValueError("reward.judge_model and rubric apply to the ruler and hybrid modes only")
+        if (self.mode == "grader") != (self.grader is not None):
+            raise ValueError("reward.grader is required in grader mode and applies to it only")
+        if self.mode == "verifier" and self.max_judge_cost_usd is not None:
+            raise ValueError("reward.max_judge_cost_usd applies to the ruler, hybrid and grader modes only")
+        if self.grader is not None:
+            from judges.graders import GraderConfigError, build_grader  # pydantic models only: no litellm, no torch
+
+            try:
+                build_grader(self.grader)
+            except GraderConfigError as exc:
+                raise ValueError(f"reward.grader: {exc}") from None
         return self
 
 

@@ -124,7 +124,7 @@ def train(
                                "every_n_steps": every_n_steps, "max_examples": val_examples},
             }  # fmt: skip
             spec = _build_spec(spec_file, env, seed, flags, _parse_env_args(env_arg or []))
-            if (refusal := settings.refuse_judge(spec.reward.judge_model)) is not None:
+            if (refusal := settings.refuse_reward(spec.reward)) is not None:
                 raise fail(refusal)
             job = runs.create_job(session, spec=spec)
             session.commit()

@@ -13,6 +13,10 @@ from typing import Any
 import art
 import polars as pl
 
+from collections.abc import Mapping
+
+from judges.graders import build_grader
+from judges.grading import GraderJudge
 from judges.ruler import GroupJudgement, JudgeConfig, RulerJudge
 from judges.usage import JudgeUsage
 from service.settings import Settings
@@ -23,19 +27,31 @@ class JudgeNotAllowed(ValueError):
     """The job names a judge the operator has not allowed (the API refuses it; a worker fails the job)."""
 
 
-def judge_for(reward: RewardSpec, settings: Settings) -> RulerJudge | None:
-    """The job's RULER judge under the operator's settings; None in verifier mode."""
+Judge = RulerJudge | GraderJudge
+
+
+def judge_for(reward: RewardSpec, settings: Settings, scenarios: Mapping[str, dict]) -> Judge | None:
+    """The job's judge under the operator's settings: RULER, or its grader (graded against ``scenarios``,
+    the training split by id); None in verifier mode. Raises JudgeNotAllowed for a model the operator
+    does not allow."""
     if reward.mode == "verifier":
         return None
-    if (refusal := settings.refuse_judge(reward.judge_model)) is not None:
+    if (refusal := settings.refuse_reward(reward)) is not None:
         raise JudgeNotAllowed(refusal)
+    key = settings.judge_api_key.get_secret_value() if settings.judge_api_key else None
+    if reward.mode == "grader":
+        assert reward.grader is not None  # the spec requires it in grader mode
+        endpoint = {"api_base": settings.judge_api_base, "api_key": key, "timeout": settings.judge_timeout_s}
+        grader = build_grader(reward.grader, allowed_models=set(settings.judge_models),
+                              litellm_params={k: v for k, v in endpoint.items() if v is not None})  # fmt: skip
+        return GraderJudge(grader, scenarios, concurrency=settings.judge_concurrency)
     assert reward.judge_model is not None  # the spec requires it in judged modes
     return RulerJudge(
         JudgeConfig(
             model=reward.judge_model,
             rubric=reward.rubric,
             api_base=settings.judge_api_base,
-            api_key=settings.judge_api_key.get_secret_value() if settings.judge_api_key else None,
+            api_key=key,
             timeout_s=settings.judge_timeout_s,
             max_retries=settings.judge_max_retries,
             backoff_s=settings.judge_backoff_s,
@@ -45,8 +61,8 @@ def judge_for(reward: RewardSpec, settings: Settings) -> RulerJudge | None:
 
 
 def rank_agreement(group: art.TrajectoryGroup) -> float | None:
-    """Spearman correlation of RULER scores with the trajectories' own rewards; None when either is constant."""
-    ruler = [t.metrics["ruler_score"] for t in group.trajectories]
+    """Spearman correlation of the judged rewards with the trajectories' own; None when either is constant."""
+    ruler = [t.reward for t in group.trajectories]
     own = [t.metrics["independent_reward"] for t in group.trajectories]
     if len(set(ruler)) < 2 or len(set(own)) < 2:
         return None
@@ -60,7 +76,7 @@ class StepJudging:
     """Judges one step's groups as gather_trajectory_groups finishes them (``after_each``) and keeps the
     account. A group the judge could not score is dropped from the step; the others go on."""
 
-    judge: RulerJudge
+    judge: Judge
     usage: JudgeUsage = field(default_factory=JudgeUsage)
     judged: int = 0
     dropped: int = 0

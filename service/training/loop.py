@@ -28,9 +28,8 @@ from service.spec import DEFAULT_BASE_MODEL, JobSpec
 from service.store import runs
 from service.store.tables import Alert, Job, JobStatus, StopReason
 from service.training.schedule import cosine_schedule
-from judges.ruler import RulerJudge
 from judges.usage import JudgeUsage
-from service.training.judging import StepJudging, judge_for
+from service.training.judging import Judge, StepJudging, judge_for
 from service.training.seeding import batch_for_step, derive_seed
 from service.training.stopping import Decision, decide
 from service.training.validation import validate
@@ -75,7 +74,7 @@ class _Run:
     backend: art.Backend
     db: Engine
     hooks: JobHooks = field(default_factory=JobHooks)
-    judge: RulerJudge | None = None
+    judge: Judge | None = None
     unrecorded_judging: JudgeUsage = field(default_factory=JudgeUsage)  # paid for by steps that trained nothing
 
     def session(self) -> Session:
@@ -183,12 +182,15 @@ async def _rollouts(run: _Run, step: int, judging: StepJudging | None) -> list[a
 
     def rollouts(scenario: dict) -> art.TrajectoryGroup:
         return art.TrajectoryGroup(
-            run.env.rollout(
-                run.model,
-                scenario,
-                Sampling(temperature=spec.training.temperature, seed=derive_seed(spec.seed, "train", step, scenario["id"], i)),
-            )
-            for i in range(spec.training.group_size)
+            (
+                run.env.rollout(
+                    run.model,
+                    scenario,
+                    Sampling(temperature=spec.training.temperature, seed=derive_seed(spec.seed, "train", step, scenario["id"], i)),
+                )
+                for i in range(spec.training.group_size)
+            ),
+            metadata={"scenario_id": str(scenario["id"])},  # what a grader grades the group's replies against
         )
 
     total = spec.training.groups_per_step * spec.training.group_size
@@ -390,7 +392,8 @@ async def run_job(
     backend: art.Backend | None = None
     try:
         env = environments.load(spec.environment, spec.environment_args)
-        judge = judge_for(spec.reward, settings)
+        graded_against = {str(row["id"]): row for row in env.scenarios("train")} if spec.reward.mode == "grader" else {}
+        judge = judge_for(spec.reward, settings, graded_against)
         backend = make_backend(spec.model.backend, data_dir=data_dir, seed=spec.seed)
         run = _Run(job_id, spec, env, model_for(job_id, spec, env, data_dir), backend, db, hooks, judge)
         await run.model.register(backend)

@@ -8,6 +8,7 @@ import asyncio
 import pytest
 from sqlmodel import Session, select
 
+import environments
 from service.settings import Settings
 from service.store import runs
 from service.store.tables import Alert, JobStatus, SampledTrajectory, StopReason
@@ -118,3 +119,29 @@ def test_a_judge_the_operator_does_not_allow_fails_the_job_before_it_trains(tmp_
     with Session(engine) as session:
         job = runs.get_job(session, job_id=job_id)
     assert job.status is JobStatus.failed and "'openai/gpt-4o-mini' is not a judge this server allows" in job.error
+
+
+EXACT = {"type": "string_check", "name": "exact", "input": "{{sample.output_text}}",
+         "reference": "Final: {{item.expected_answer}}", "operation": "eq"}  # fmt: skip
+
+
+def test_a_grader_job_trains_on_the_grader_s_rewards(tmp_path):
+    engine = _new_store(tmp_path)
+    job_id = _submit(engine, {**TINY_RUN, "reward": {"mode": "grader", "grader": EXACT}})
+    job = asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "data", settings=Settings(data_dir=tmp_path / "data")))
+    assert job.status is JobStatus.succeeded and job.step == 4
+    metrics = step_metrics(engine, job_id)
+    assert all(m["judge_groups"] == 2 and m["judge_dropped_groups"] == 0 and m["judge_cost_usd"] == 0 for m in metrics)
+    with Session(engine) as session:
+        rows = session.exec(select(SampledTrajectory).where(SampledTrajectory.job_id == job_id, SampledTrajectory.split == "train")).all()
+    expected = {row["id"]: row["expected_answer"] for row in environments.load("math").scenarios("train")}
+    assert rows and all(r.details["metrics"]["grader_reward"] == r.reward for r in rows)
+    assert all(r.reward == float(r.messages[-1]["content"] == f"Final: {expected[r.scenario_id]}") for r in rows)
+
+
+def test_a_model_grader_names_only_judges_the_operator_allows(tmp_path):
+    scored = {"type": "score_model", "name": "judge", "model": "openai/o3", "input": [{"role": "user", "content": "{{sample.output_text}}"}]}
+    engine = _new_store(tmp_path)
+    job_id = _submit(engine, {**TINY_RUN, "reward": {"mode": "grader", "grader": scored}})
+    with pytest.raises(JudgeNotAllowed, match="openai/o3"):
+        asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "data", settings=Settings(data_dir=tmp_path / "data")))

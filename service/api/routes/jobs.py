@@ -68,7 +68,7 @@ def submit_job(
         environments.load(spec.environment, spec.environment_args)  # constructors are cheap by contract
     except environments.EnvironmentConfigError as exc:
         raise HTTPException(422, f"environment_args: {exc}") from None
-    if (refusal := settings.refuse_judge(spec.reward.judge_model)) is not None:
+    if (refusal := settings.refuse_reward(spec.reward)) is not None:
         raise HTTPException(422, refusal)
     job, replayed = _create_once(session, spec=spec, caller=caller, key=idempotency_key)
     if replayed:
