@@ -63,8 +63,12 @@ def _verdict(request: dict[str, Any], scorer: Scorer, rewrite: Callable[[dict[st
 
 
 def _completion(request: dict[str, Any], content: str) -> dict[str, Any]:
-    """A chat completion carrying ``content``, with usage counted as characters / 4."""
-    prompt_tokens, completion_tokens = sum(len(m["content"]) for m in request["messages"]) // 4, len(content) // 4
+    """A chat completion carrying ``content``, with usage counted by litellm's tokenizer for the model."""
+    import litellm
+
+    model = request["model"]
+    prompt_tokens = litellm.token_counter(model=model, messages=request["messages"])
+    completion_tokens = litellm.token_counter(model=model, text=content, count_response_tokens=True)
     return {
         "id": "chatcmpl-test",
         "object": "chat.completion",
