@@ -71,3 +71,24 @@ def test_a_run_is_recorded_step_by_step_and_trimmed_on_resume(database_url):
         with pytest.raises(IntegrityError):  # one row per step, enforced by the database
             session.commit()
     engine.dispose()
+
+
+def test_a_budget_stop_is_stored_and_survives_a_downgrade_as_an_error(database_url):
+    store_db.upgrade(database_url)
+    engine = store_db.make_engine(database_url)
+    with Session(engine) as session:
+        job = runs.create_job(session, spec=JobSpec(environment="math"))
+        runs.finish_job(session, job=job, status=JobStatus.succeeded, stop_reason=StopReason.budget, best_step=None,
+                        best_val_accuracy=None, step0_val_accuracy=None)  # fmt: skip
+        session.commit()
+        job_id = job.id
+    with Session(engine) as session:
+        assert runs.get_job(session, job_id=job_id).stop_reason is StopReason.budget
+    engine.dispose()
+    command.downgrade(store_db.alembic_config(database_url), "0002")
+    engine = store_db.make_engine(database_url)
+    with engine.connect() as connection:
+        row = connection.exec_driver_sql(f"SELECT stop_reason, error FROM jobs WHERE id = '{job_id}'").one()
+    engine.dispose()
+    assert tuple(row) == ("error", "stopped: judge budget reached")
+    store_db.upgrade(database_url)

@@ -127,6 +127,31 @@ def test_alerts_come_ordered_by_step_then_kind():
     assert kinds_at(found) == [("divergence", 4), ("collapse", 4), ("kl_spike", 4)]
 
 
+def judged(dropped: list[int], *, groups: int = 4, agreement: list[float | None] | None = None) -> list[StepPoint]:
+    """Steps 1..n of a judged job: ``groups`` given to the judge each step, ``dropped[i]`` of them unscored."""
+    agreement = agreement or [None] * len(dropped)
+    return [StepPoint(i + 1, 0.5, groups - d, 0, 0.1, groups, d, a) for i, (d, a) in enumerate(zip(dropped, agreement))]
+
+
+def test_judge_failures_fires_once_the_share_of_unscored_groups_reaches_the_threshold():
+    found = alerts_of(judged([0, 1, 0, 3, 0, 0]), judge_failure_rate=0.2)  # 0/4, 1/8, 1/12, 4/16, 4/20, 4/24
+    assert kinds_at(found) == [("judge_failures", 4)]  # once, though it still holds at step 5
+    assert found[0].evidence == {"dropped_groups": 4, "judged_groups": 16, "rate": 0.25, "threshold": 0.2}
+
+
+def test_judge_failures_needs_a_few_groups_before_it_speaks():
+    assert kinds_at(alerts_of(judged([1], groups=2), judge_failure_rate=0.2)) == []  # 1 of 2: too few to say
+    assert kinds_at(alerts_of(judged([1, 1], groups=2), judge_failure_rate=0.2)) == [("judge_failures", 2)]
+
+
+def test_judge_disagreement_fires_when_the_mean_rank_correlation_falls_under_the_threshold():
+    agreement = [0.9, 0.8, None, 0.1, -0.2, -0.5, 0.9, 0.9, 0.9]
+    found = alerts_of(judged([0] * 9, agreement=agreement), judge_agreement=0.2, judge_agreement_window=3)
+    # means over the judged steps: (0.9, 0.8, 0.1) 0.6, (0.8, 0.1, -0.2) 0.23, (0.1, -0.2, -0.5) -0.2 fires at step 6
+    assert kinds_at(found) == [("judge_disagreement", 6)]
+    assert found[0].evidence["steps"] == [4, 5, 6] and found[0].evidence["agreement"] == pytest.approx(-0.2)
+
+
 finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
 
 
@@ -138,7 +163,10 @@ def series(draw) -> tuple[list[StepPoint], list[ValPoint]]:
         step += draw(st.integers(1, 3))
         groups = draw(st.integers(0, 16))
         kl = draw(st.none() | st.floats(min_value=0, max_value=100))
-        steps.append(StepPoint(step, draw(finite), groups, draw(st.integers(0, groups)), kl))
+        judged = draw(st.integers(0, groups))
+        agreement = draw(st.none() | st.floats(min_value=-1, max_value=1))
+        steps.append(StepPoint(step, draw(finite), groups, draw(st.integers(0, groups)), kl, judged,
+                               draw(st.integers(0, judged)), agreement))  # fmt: skip
     at = sorted(draw(st.sets(st.integers(0, step + 1), max_size=15)))
     return steps, [ValPoint(s, draw(st.floats(min_value=0, max_value=1))) for s in at]
 
@@ -150,6 +178,9 @@ thresholds = st.builds(
     collapse_fraction=st.floats(min_value=0.01, max_value=1),
     reward_jump=st.floats(min_value=0.01, max_value=10),
     reward_plateau_steps=st.integers(2, 6),
+    judge_failure_rate=st.floats(min_value=0.01, max_value=1),
+    judge_agreement=st.floats(min_value=-1, max_value=1),
+    judge_agreement_window=st.integers(1, 5),
 )
 stopping = st.builds(ValidationSpec, patience=st.integers(1, 4), min_delta=st.floats(min_value=0, max_value=0.1))
 
