@@ -28,7 +28,6 @@ from service.spec import DEFAULT_BASE_MODEL, JobSpec
 from service.store import runs
 from service.store.tables import Alert, Job, JobStatus, StopReason
 from service.training.schedule import cosine_schedule
-from judges.usage import JudgeUsage
 from service.training.judging import Judge, StepJudging, judge_for
 from service.training.seeding import batch_for_step, derive_seed
 from service.training.stopping import Decision, decide
@@ -75,7 +74,6 @@ class _Run:
     db: Engine
     hooks: JobHooks = field(default_factory=JobHooks)
     judge: Judge | None = None
-    unrecorded_judging: JudgeUsage = field(default_factory=JudgeUsage)  # paid for by steps that trained nothing
 
     def session(self) -> Session:
         return Session(self.db, expire_on_commit=False)
@@ -161,16 +159,15 @@ async def _resume_point(run: _Run) -> int:
 
 async def _train_step(run: _Run, step: int) -> int:
     """Roll out, (judge,) train and record one step. With a judge, a step whose every group the judge
-    failed trains nothing and is tried again (its judge cost is carried to the step that records)."""
+    failed trains nothing and is tried again; the step that records counts every try's judging."""
+    judging = StepJudging(run.judge) if run.judge is not None else None
     for _ in range(JUDGE_OUTAGE_ATTEMPTS):
-        judging = StepJudging(run.judge) if run.judge is not None else None
         started = time.monotonic()
         groups = await _rollouts(run, step, judging)
         if groups:
             return await _train_and_record(run, groups, judging, started=started, rollout_s=time.monotonic() - started)
         assert judging is not None  # without a judge, gather raises rather than return no group
-        run.unrecorded_judging.add(judging.usage)
-        run.on_event("judge_outage", {"step": step, "failures": judging.failures[:3]})
+        run.on_event("judge_outage", {"step": step, "failures": judging.failures[-3:]})
     raise JudgeOutage(
         f"the judge scored none of step {step}'s groups in {JUDGE_OUTAGE_ATTEMPTS} tries; last: {judging.failures[-1]}"
     )
@@ -216,11 +213,7 @@ async def _train_and_record(
     rewards = [t.reward for t in trajectories]
     mean = sum(rewards) / len(rewards)
     metrics = result.metrics
-    judge_metrics: dict[str, Any] = {}
-    if judging is not None:
-        judging.usage.add(run.unrecorded_judging)
-        run.unrecorded_judging = JudgeUsage()
-        judge_metrics = judging.metrics()
+    judge_metrics = judging.metrics() if judging is not None else {}
     values = {
         "reward_mean": mean,
         "reward_std": (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5,
@@ -430,7 +423,7 @@ def _judge_budget_spent(run: _Run) -> float | None:
         return None
     with run.session() as session:
         totals = runs.judge_totals(session, job_id=run.job_id)
-    spent = (totals["judge_cost_usd"] if totals else 0.0) + run.unrecorded_judging.cost_usd
+    spent = totals["judge_cost_usd"] if totals else 0.0
     return spent if spent >= budget else None
 
 

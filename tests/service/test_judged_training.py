@@ -87,6 +87,16 @@ def test_a_judge_that_is_down_stops_the_job_with_the_reason(tmp_path):
     assert _history(engine, job_id)[0] == []
 
 
+def test_a_step_the_judge_failed_whole_is_tried_again_and_counts_every_try(tmp_path):
+    engine = _new_store(tmp_path)
+    job_id = _submit(engine, judged())
+    with judge_server([Behaviour(status=401), Behaviour(status=401)]) as server:  # both groups of the first try
+        job = train(engine, job_id, tmp_path, settings_for(server, tmp_path))
+    assert job.status is JobStatus.succeeded and job.step == 4
+    first = step_metrics(engine, job_id)[0]
+    assert (first["judge_groups"], first["judge_dropped_groups"], first["judge_responses"]) == (4, 2, 2)
+
+
 def test_the_judge_budget_stops_the_job(tmp_path):
     engine = _new_store(tmp_path)
     job_id = _submit(engine, judged(max_judge_cost_usd=1e-6))
