@@ -36,10 +36,10 @@ def train_and_read(env_name: str, seed: int, extra: list[str]) -> dict[str, Any]
         env["ARTSVC_DATA_DIR"] = data_dir
         command = [sys.executable, "-m", "service", "train", "--env", env_name, "--seed", str(seed), "--json", *extra]
         started = time.monotonic()
-        completed = subprocess.run(command, env=env, capture_output=True, text=True)
+        completed = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True)  # progress shows on stderr
         wall = time.monotonic() - started
         if completed.returncode != 0:
-            sys.exit(f"training failed ({completed.returncode}):\n{completed.stderr[-3000:]}")
+            sys.exit(f"training failed ({completed.returncode}); its error is above")
         summary = json.loads(completed.stdout.strip().splitlines()[-1])
         with sqlite3.connect(Path(data_dir) / "artsvc.db") as db:
             points = [
