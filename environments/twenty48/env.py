@@ -38,11 +38,11 @@ class Twenty48Environment(BaseEnvironment):
     scorer_version = scoring.SCORER_VERSION
     scenario_dir = SCENARIO_DIR
     tools = ()
-    # Whole games of ~95 turns at target 128. The trainer cuts a game into ~46 windows of up to
-    # 193 tokens (~7,700 tokens), about 0.5 s of fine-tuning on two CPU cores, so 500 games are a
-    # warm start of a few minutes and ~47,000 demonstrated moves: as many replies as the math
-    # environment's warm start, on about twice its tokens (a move is trained with earlier turns as context).
-    warm_start_examples = 500
+    # A warm start of ~48,000 demonstrated moves: as many replies as the math environment's, on about twice
+    # its tokens (a move is trained with earlier turns as context); a few minutes on two CPU cores. Games
+    # last ~0.75 * target_tile moves, so that is 500 games at 128 and 2,000 at 32. With a quarter of
+    # that at 32, every sampled and greedy validation game ended on an unparseable reply.
+    WARM_START_MOVES = 48_000
 
     def __init__(self, *, target_tile: int = 128, max_turns: int | None = None) -> None:
         if isinstance(target_tile, bool) or not isinstance(target_tile, int) or target_tile not in TARGET_TILES:
@@ -53,6 +53,7 @@ class Twenty48Environment(BaseEnvironment):
             raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
         self.target_tile = target_tile
         self.max_turns = max_turns
+        self.warm_start_examples = round(self.WARM_START_MOVES / (0.75 * target_tile))
 
     async def rollout(self, model: art.Model, scenario: dict[str, Any], sampling: Sampling) -> art.Trajectory:
         game = new_game(int(scenario["seed"]))
