@@ -38,8 +38,7 @@ class StringCheckGrader(Grader):
 
     async def _grade(self, sample: dict, item: dict) -> GradeResult:
         try:
-            text = templates.render(self.config.input, sample=sample, item=item)
-            reference = templates.render(self.config.reference, sample=sample, item=item)
+            text, reference = templates.render_input_and_reference(self.config, sample=sample, item=item)
         except templates.TemplateError as exc:
             return self.error(str(exc))
         holds = OPERATIONS[self.config.operation](text, reference)

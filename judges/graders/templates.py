@@ -51,6 +51,11 @@ def render(template: str, *, sample: Any, item: Any) -> str:
     return REFERENCE.sub(lambda match: _text(match.group(1), _resolve(match.group(1), roots)), template)
 
 
+def render_input_and_reference(config: Any, *, sample: Any, item: Any) -> tuple[str, str]:
+    """``config.input`` and ``config.reference`` rendered: what the comparing graders compare."""
+    return render(config.input, sample=sample, item=item), render(config.reference, sample=sample, item=item)
+
+
 def _resolve(path: str, roots: dict[str, Any]) -> Any:
     parts = path.split(".")
     value = roots[parts[0]]  # check() has made sure the root is one of ROOTS
