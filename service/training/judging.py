@@ -7,13 +7,12 @@ The judge's endpoint, key and limits are the operator's (Settings); a job only n
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import art
 import polars as pl
-
-from collections.abc import Mapping
 
 from judges.graders import build_grader
 from judges.grading import GraderJudge
