@@ -42,7 +42,9 @@ class Environment(Protocol):
     Optional attributes, read with defaults (:class:`BaseEnvironment` declares them):
     ``warm_start_examples`` (demonstrations a warm start uses unless the job says otherwise; 0),
     ``tools`` (the OpenAI function tools its rollouts offer the policy; none) and
-    ``embedded_base_model`` (the embedded architecture whose context holds its conversations).
+    ``embedded_base_model`` (the embedded architecture whose context holds its conversations) and
+    ``opening(scenario)`` (the messages a rollout of ``scenario`` starts from, hashed into run manifests
+    so that a changed prompt shows; without it a manifest's prompt hash is null).
     """
 
     name: str

@@ -1,4 +1,4 @@
-"""A small synchronous client of the artsvc HTTP API, for ``artsvc submit`` and ``artsvc watch``.
+"""A small synchronous client of the artsvc HTTP API, for the command line's client verbs.
 
 Every failure is an ``ApiError`` whose message a user can act on: the API's own ``detail`` for a
 refused request, or where the client tried to connect when the API cannot be reached. The event
@@ -58,6 +58,19 @@ class ApiClient:
 
     def get_job(self, job_id: str) -> dict[str, Any]:
         return self._request("GET", f"/v1/jobs/{_quote(job_id)}").json()
+
+    def curves_png(self, job_id: str) -> bytes:
+        return self._request("GET", f"/v1/jobs/{_quote(job_id)}/curves.png").content
+
+    def submit_evaluation(self, spec: Any) -> dict[str, Any]:
+        return self._request("POST", "/v1/evaluations", json=spec).json()
+
+    def get_evaluation(self, evaluation_id: str) -> dict[str, Any]:
+        return self._request("GET", f"/v1/evaluations/{_quote(evaluation_id)}").json()
+
+    def compare(self, baseline: str, candidate: str, **params: Any) -> dict[str, Any]:
+        query = {"baseline": baseline, "candidate": candidate} | {k: v for k, v in params.items() if v is not None}
+        return self._request("GET", "/v1/compare", params=query).json()
 
     def events(self, job_id: str, *, after_id: str | None = None) -> Iterator[ServerSentEvent]:
         """The job's events as a live stream, from the first (or the one after ``after_id``) to ``end``.

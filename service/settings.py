@@ -60,7 +60,17 @@ class Settings(BaseSettings):
     judge_concurrency: int = Field(4, gt=0, le=256, description="Judge calls one job may have out at once.")
     judge_backoff_s: float = Field(1.0, ge=0, le=60, description="First wait before retrying a judge call; it doubles.")
 
-    @field_validator("judge_models", mode="before")
+    # Baselines likewise: an evaluation or a job's baseline names one of baseline_models.
+    baseline_models: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Models evaluations and jobs' baselines may name, comma-separated litellm provider/model names.",
+    )
+    baseline_api_base: str | None = Field(
+        None, description="OpenAI-compatible endpoint serving the baseline models; unset, the provider's own (litellm)."
+    )
+    baseline_api_key: SecretStr | None = Field(None, description="Key for baseline_api_base; unset, the provider's variable.")
+
+    @field_validator("judge_models", "baseline_models", mode="before")
     @classmethod
     def _split_models(cls, value: object) -> object:
         if isinstance(value, str):
@@ -92,6 +102,13 @@ class Settings(BaseSettings):
             except GraderConfigError as exc:
                 return f"reward.grader: {exc}; allowed models: {allowed}"
         return None
+
+    def refuse_baseline(self, model: str, *, field: str) -> str | None:
+        """Why this server will not evaluate ``model`` (named in ``field``); None if it may."""
+        if model in self.baseline_models:
+            return None
+        allowed = ", ".join(self.baseline_models) or "none (the operator sets ARTSVC_BASELINE_MODELS)"
+        return f"{field}: {model!r} is not a baseline model this server allows; allowed: {allowed}"
 
     @property
     def resolved_database_url(self) -> str:

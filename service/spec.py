@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 # `artsvc submit`) does not import torch; tests/service/test_spec_defaults.py checks it matches
 # service.backends.embedded.policy.DEFAULT_BASE_MODEL.
 DEFAULT_BASE_MODEL = "embedded/char-gpt-0.8m"
+LITELLM_MODEL_PATTERN = r"^[A-Za-z0-9_.-]+/\S+$"  # provider/model, as litellm names models
 
 
 class _Section(BaseModel):
@@ -43,7 +44,7 @@ class RewardSpec(_Section):
         None,
         min_length=3,
         max_length=256,
-        pattern=r"^[A-Za-z0-9_.-]+/\S+$",
+        pattern=LITELLM_MODEL_PATTERN,
         description="RULER judge (ruler and hybrid modes): a litellm provider/model name the server's operator allows.",
     )
     rubric: str | None = Field(None, min_length=1, max_length=20_000, description="Grading standards for the judge.")
@@ -107,6 +108,23 @@ class ValidationSpec(_Section):
         200, gt=0, le=100_000, description="Validation examples per evaluation (the first N of the split)."
     )
     temperature: float = Field(1.0, ge=0, le=2, description="Sampling temperature of validation (0 = greedy).")
+    baseline_model: str | None = Field(
+        None,
+        min_length=3,
+        max_length=256,
+        pattern=LITELLM_MODEL_PATTERN,
+        description="A litellm provider/model the operator allows (ARTSVC_BASELINE_MODELS), evaluated on the "
+        "validation examples before training; its accuracy is recorded as an evaluation job of this job.",
+    )
+    beat_baseline_by: float | None = Field(
+        None, ge=0, le=1, description="Stop (stop reason beat_baseline) once validation accuracy reaches the baseline's plus this."
+    )
+
+    @model_validator(mode="after")
+    def _baseline_to_beat(self) -> ValidationSpec:
+        if self.beat_baseline_by is not None and self.baseline_model is None:
+            raise ValueError("validation.beat_baseline_by needs validation.baseline_model")
+        return self
 
 
 class AlertSpec(_Section):
@@ -153,4 +171,48 @@ class JobSpec(_Section):
         for key, value in self.environment_args.items():
             if len(key) > 64 or (isinstance(value, str) and len(value) > 1024):
                 raise ValueError(f"environment_args: {key[:64]!r} is too long (keys up to 64, strings up to 1024 characters)")
+        return self
+
+
+class CheckpointModel(_Section):
+    """A training job's policy at one of its kept checkpoints."""
+
+    job_id: str = Field(min_length=1, max_length=36, description="The training job (it must have ended).")
+    step: int | None = Field(None, ge=0, le=2**31 - 1, description="Its checkpoint; unset, the job's best step.")
+
+
+class LitellmModel(_Section):
+    """Any chat model litellm names, served OpenAI-style at the operator's endpoint (a baseline)."""
+
+    litellm: str = Field(min_length=3, max_length=256, pattern=LITELLM_MODEL_PATTERN,
+                         description="A provider/model the operator allows (ARTSVC_BASELINE_MODELS).")  # fmt: skip
+
+
+class EvaluationSpec(_Section):
+    """Measurement only: one model on one split, nothing trained. With ``n`` > 1, best-of-N selection."""
+
+    model: CheckpointModel | LitellmModel
+    environment: str | None = Field(
+        None, min_length=1, max_length=64, description="Unset for a checkpoint: the job's environment (required for litellm)."
+    )
+    environment_args: dict[str, StrictBool | StrictInt | StrictFloat | StrictStr] | None = Field(
+        None, max_length=32, description="Unset for a checkpoint: the job's."
+    )
+    split: Literal["train", "val", "test"] = "val"
+    max_examples: int = Field(200, gt=0, le=100_000, description="The first N scenarios of the split.")
+    temperature: float | None = Field(
+        None, ge=0, le=2, description="Sampling temperature; unset, the job's validation temperature (1.0 for litellm)."
+    )
+    n: int = Field(1, ge=1, le=64, description="Completions per example; above 1, the best by reward is selected.")
+    ks: list[StrictInt] | None = Field(
+        None, max_length=16, description="pass@k reported for each k (1..n); unset, 1 and n."
+    )
+    seed: int | None = Field(None, ge=0, le=2**63 - 1, description="Unset for a checkpoint: the job's seed (0 for litellm).")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EvaluationSpec:
+        if isinstance(self.model, LitellmModel) and self.environment is None:
+            raise ValueError("environment is required to evaluate a litellm model")
+        if self.ks is not None and any(k < 1 or k > self.n for k in self.ks):
+            raise ValueError(f"every k in ks must be between 1 and n={self.n}")
         return self

@@ -31,6 +31,12 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.timeout = DEFAULT_TIMEOUT_S
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` first: pytest-xdist hands the first tests to a process at once, so the longest test
+    starts at the beginning of the run instead of holding up its end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 POSTGRES_SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432"
 
 

@@ -48,6 +48,9 @@ class EmailEnvironment(BaseEnvironment):
     def __init__(self, max_turns: int = 6) -> None:
         self.max_turns = check_max_turns(max_turns)
 
+    def opening(self, scenario: dict[str, Any]) -> list[dict[str, Any]]:
+        return opening(scenario)
+
     def fingerprints(self) -> dict[str, str]:
         """The splits' fingerprints and the corpus's: a question means nothing without its mail."""
         return {**super().fingerprints(), "corpus": file_fingerprint(SCENARIO_DIR / MESSAGES_FILE)}

@@ -55,6 +55,9 @@ class Twenty48Environment(BaseEnvironment):
         self.max_turns = max_turns
         self.warm_start_examples = round(self.WARM_START_MOVES / (0.75 * target_tile))
 
+    def opening(self, scenario: dict[str, Any]) -> list[dict[str, str]]:
+        return [{"role": "user", "content": render(new_game(int(scenario["seed"])).board)}]
+
     async def rollout(self, model: art.Model, scenario: dict[str, Any], sampling: Sampling) -> art.Trajectory:
         game = new_game(int(scenario["seed"]))
         trajectory = art.Trajectory(messages_and_choices=[])

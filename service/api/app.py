@@ -16,7 +16,7 @@ from sqlalchemy.engine import Engine
 
 from service import __version__
 from service.api import errors, limits, metrics
-from service.api.routes import alerts, environments, events, health, jobs
+from service.api.routes import alerts, curves, environments, evaluations, events, health, jobs, ui
 from service.settings import Settings, get_settings
 from service.store import db as store_db
 
@@ -53,6 +53,6 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     errors.install(app)
     metrics.install(app)
     app.add_middleware(limits.BodySizeLimit, max_bytes=settings.max_body_bytes)
-    for module in (jobs, events, alerts, environments, health):
+    for module in (jobs, evaluations, events, alerts, curves, environments, health, ui):
         app.include_router(module.router)
     return app

@@ -7,7 +7,6 @@ for a job that does not exist, so ids of other tenants cannot be probed.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Annotated
 
@@ -19,9 +18,10 @@ from sqlmodel import Session
 from service.auth import LOCAL_PRINCIPAL, Principal, authenticate
 from service.settings import Settings
 from service.store import runs
-from service.store.tables import Job
+from service.store.tables import Job, JobKind
 
 bearer = HTTPBearer(auto_error=False, description="A token from `artsvc token create`.")
+TOKEN_COOKIE = "artsvc_token"  # the dashboard's login (service/api/routes/ui.py): browsers cannot send a bearer header
 
 
 def get_engine(request: Request) -> Engine:
@@ -42,15 +42,20 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
 def get_caller(
+    request: Request,
     settings: SettingsDep,
     session: SessionDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Principal:
+    """The caller of a bearer token, or (only without an Authorization header) of the dashboard's login cookie."""
     if settings.local_mode:
         return LOCAL_PRINCIPAL
-    if credentials is None or credentials.scheme.lower() != "bearer":
+    token = credentials.credentials if credentials is not None and credentials.scheme.lower() == "bearer" else None
+    if token is None and "authorization" not in request.headers:
+        token = request.cookies.get(TOKEN_COOKIE) or None
+    if token is None:
         raise HTTPException(401, "missing bearer token (create one with `artsvc token create`)", {"WWW-Authenticate": "Bearer"})
-    principal = authenticate(session, token=credentials.credentials)
+    principal = authenticate(session, token=token)
     if principal is None:
         raise HTTPException(401, "unknown or revoked token", {"WWW-Authenticate": "Bearer"})
     return principal
@@ -68,18 +73,12 @@ def require_operator(caller: CallerDep) -> Principal:
 OperatorDep = Annotated[Principal, Depends(require_operator)]
 
 
-def visible_job(session: Session, *, caller: Principal, job_id: str) -> Job:
-    """The job if the caller may see it; 404 otherwise (missing and foreign look the same)."""
-    job = runs.get_job(session, job_id=job_id) if _is_uuid(job_id) else None
-    if job is None or not (caller.is_operator or job.owner_id == caller.id):
-        raise HTTPException(404, f"no job {job_id[:64]!r}")
+def visible_job(session: Session, *, caller: Principal, job_id: str, kind: JobKind | None = JobKind.training) -> Job:
+    """The job (of ``kind``; None: training or evaluation) if the caller may see it; 404 otherwise (missing and
+    foreign look the same)."""
+    job = runs.get_job(session, job_id=job_id) if runs.is_job_id(job_id) else None
+    if job is None or not (caller.is_operator or job.owner_id == caller.id) or kind not in (None, job.kind):
+        noun = "evaluation" if kind == JobKind.evaluation else "job"
+        raise HTTPException(404, f"no {noun} {job_id[:64]!r}")
     return job
 
-
-def _is_uuid(text: str) -> bool:
-    """Job ids are UUIDs; anything else is not looked up (some databases refuse odd bytes such as NUL)."""
-    try:
-        uuid.UUID(text)
-    except ValueError:
-        return False
-    return True

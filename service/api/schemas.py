@@ -65,6 +65,7 @@ class ValidationPublic(PublicModel):
     temperature: float
     outcomes: dict[str, int] = Field(description="How many examples ended in each scorer outcome.")
     wall_time_s: float
+    tokens_generated: int | None = Field(None, description="Tokens the policy generated (sampled and greedy passes).")
     created_at: datetime
 
 
@@ -82,6 +83,24 @@ class JudgeTotals(BaseModel):
     judge_clamped_scores: float = Field(description="Scores outside [0, 1] that were clamped.")
 
 
+class PhaseSeconds(BaseModel):
+    rollout: float = Field(description="Gathering rollouts, less the time a judge call was in flight.")
+    judge: float = Field(description="Time with at least one judge call in flight.")
+    train: float
+    validation: float = Field(description="Validation, sampled and greedy passes.")
+
+
+class CostPublic(BaseModel):
+    """What a job has spent: the numbers an operator weighs a run's gain against."""
+
+    tokens_generated_train: int = Field(description="Tokens the policy generated in training rollouts.")
+    tokens_generated_validation: int = Field(description="Tokens the policy generated in validation (both passes).")
+    judge_prompt_tokens: int
+    judge_completion_tokens: int
+    judge_cost_usd: float
+    wall_s: PhaseSeconds = Field(description="Wall time per phase, summed over steps and validation points.")
+
+
 class MetricsPublic(BaseModel):
     steps: list[StepPublic] = Field(description="Every training step, in order.")
     validation: list[ValidationPublic] = Field(
@@ -89,6 +108,7 @@ class MetricsPublic(BaseModel):
         "accuracy is the mean RULER reward of the steps since the previous point."
     )
     judge: JudgeTotals | None = Field(None, description="Judge calls, tokens and cost; null for jobs scored by a verifier.")
+    cost: CostPublic | None = Field(None, description="Tokens generated, judge spend and wall time per phase.")
 
 
 class TrajectoryPublic(PublicModel):
@@ -105,3 +125,77 @@ class TrajectoryPublic(PublicModel):
 
 class TrajectoryList(BaseModel):
     data: list[TrajectoryPublic] = Field(description="Sampled rollouts, newest step first.")
+
+
+class EvaluationPublic(PublicModel):
+    id: str
+    status: JobStatus
+    environment: str
+    spec: dict[str, Any] = Field(description="The EvaluationSpec as submitted, with every default filled in.")
+    parent_id: str | None = Field(description="The training job this evaluation measured the baseline of, if any.")
+    summary: dict[str, Any] | None = Field(
+        description="pass_rate, mean_reward, outcomes, failures (the failure table by outcome code), mean completion "
+        "length and tokens, n and pass_at_k (unbiased), and with n > 1 a `selection` label: best-of-N is selection, "
+        "not learning."
+    )
+    error: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class EvaluationList(BaseModel):
+    data: list[EvaluationPublic] = Field(description="Evaluations, newest first.")
+    next_cursor: str | None
+
+
+class ExampleResultPublic(PublicModel):
+    position: int = Field(description="Order of the scenario in its split.")
+    scenario_id: str
+    outcome: str = Field(description="The scorer's outcome code.")
+    correct: bool
+    reward: float
+    completion: str = Field(description="The (selected) completion's last turn.")
+    completion_tokens: int | None
+    samples: int
+    correct_samples: int
+    details: dict[str, Any] = Field(description="The scorer's details; with n > 1 every candidate's reward.")
+
+
+class ExampleResultList(BaseModel):
+    data: list[ExampleResultPublic]
+
+
+class OverallDelta(BaseModel):
+    baseline: float
+    candidate: float
+    delta: float
+    ci_low: float
+    ci_high: float
+
+
+class OutcomeDelta(OverallDelta):
+    outcome: str
+    failure: bool = Field(description="Whether the outcome is a failure (it occurs on an example scored incorrect).")
+    regressed: bool = Field(description="A failure outcome whose rate rose beyond its interval: the gate rejects.")
+
+
+class SideOfComparison(BaseModel):
+    id: str
+    kind: str
+    step: int
+    examples: int
+
+
+class ComparisonPublic(BaseModel):
+    decision: str = Field(description="ACCEPT or REJECT.")
+    comparable: bool = Field(description="Whether the manifests agree on every locked field (the Locked Room rule).")
+    reasons: list[str] = Field(description="Why it was rejected: every differing manifest field, or the gate's findings.")
+    differences: list[dict[str, Any]] = Field(description="Locked manifest fields that differ, with both values.")
+    baseline: SideOfComparison
+    candidate: SideOfComparison
+    overall: OverallDelta | None = Field(description="Accuracy of each side and the delta, with its bootstrap interval.")
+    outcomes: list[OutcomeDelta] = Field(description="The rate of every outcome code on each side, with intervals.")
+    min_delta: float
+    confidence: float
+    resamples: int

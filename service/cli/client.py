@@ -41,8 +41,8 @@ def submit(
     token: TokenOption = None,
 ) -> None:
     """Submit a training job; prints its id as the last line of stdout."""
-    spec = _read_spec(spec_file)
-    with _client(api_url, token) as client:
+    spec = read_json_file(spec_file)
+    with api_client(api_url, token) as client:
         try:
             job, replayed = client.submit(spec, idempotency_key=idempotency_key)
         except ApiError as exc:
@@ -64,7 +64,7 @@ def watch(
 
     Shows a bar of steps with reward and val accuracy, and each validation point and alert as it fires.
     """
-    with _client(api_url, token) as client:
+    with api_client(api_url, token) as client:
         try:
             display = WatchDisplay(client.get_job(job_id))
             with display.progress:
@@ -137,7 +137,7 @@ class WatchDisplay:
         )
 
 
-def _client(api_url: str | None, token: str | None) -> ApiClient:
+def api_client(api_url: str | None, token: str | None) -> ApiClient:
     settings = get_settings()
     try:
         return ApiClient(base_url=api_url or settings.api_url, token=token or settings.token)
@@ -145,8 +145,8 @@ def _client(api_url: str | None, token: str | None) -> ApiClient:
         raise fail(str(exc)) from None
 
 
-def _read_spec(name: str) -> Any:
-    """The JSON in the spec file (or stdin); the API judges whether it is a valid JobSpec."""
+def read_json_file(name: str) -> Any:
+    """The JSON in the spec file (or stdin); the API judges whether it is a valid spec."""
     where = "stdin" if name == "-" else f"the spec file {name}"
     try:
         text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")

@@ -67,6 +67,8 @@ class TrainingDisplay:
             self.progress.update(self.train, completed=data["step"], info=self.last_val)
         elif kind == "judge_outage":
             self.progress.console.print(f"step {data['step']}: the judge scored no group, trying the step again: {data['failures'][:1]}")
+        elif kind == "baseline" and data.get("accuracy") is not None:
+            self.progress.console.print(f"baseline {data['model']}: val accuracy {data['accuracy']:.3f} (evaluation {data['evaluation_id']})")
         elif kind == "budget":
             self.progress.console.print(f"judge budget reached: ${data['judge_cost_usd']:.4f} of ${data['max_judge_cost_usd']}")
 

@@ -17,7 +17,7 @@ from sqlmodel import Session, and_, col, or_, select
 from service.spec import JobSpec
 from service.store import runs
 from service.store.events import append_event
-from service.store.tables import Job, JobStatus, SampledTrajectory, StopReason
+from service.store.tables import Job, JobKind, JobStatus, SampledTrajectory, StopReason
 
 ENDED = (JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled)
 
@@ -70,13 +70,19 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
 
 
 def list_jobs(
-    session: Session, *, owner_id: str | None, status: JobStatus | None, limit: int, cursor: str | None
+    session: Session,
+    *,
+    owner_id: str | None,
+    status: JobStatus | None,
+    limit: int,
+    cursor: str | None,
+    kind: JobKind = JobKind.training,
 ) -> tuple[list[Job], str | None]:
     """A page of jobs, newest first by (created_at, id), and the cursor of the next page (None at the end).
 
     ``owner_id=None`` lists every owner's jobs (operators). A malformed cursor raises BadCursor.
     """
-    query = select(Job)
+    query = select(Job).where(Job.kind == kind)
     if owner_id is not None:
         query = query.where(Job.owner_id == owner_id)
     if status is not None:

@@ -11,13 +11,15 @@ from typing import Any
 
 from sqlmodel import Session, col, delete, select
 
-from service.spec import JobSpec
+from service.spec import EvaluationSpec, JobSpec
 from service.store.events import append_event
 from service.store.tables import (
     LOCAL_OWNER,
     Alert,
+    ExampleResult,
     Job,
     JobEvent,
+    JobKind,
     JobStatus,
     SampledTrajectory,
     StopReason,
@@ -50,8 +52,52 @@ def create_job(
     return job
 
 
+def create_evaluation(
+    session: Session,
+    *,
+    spec: EvaluationSpec,
+    environment: str,
+    owner_id: str = LOCAL_OWNER,
+    parent_id: str | None = None,
+    idempotency_key: str | None = None,
+    request_hash: str | None = None,
+) -> Job:
+    """A queued evaluation (``environment`` resolved: the spec may leave it to the evaluated job)."""
+    job = Job(
+        id=str(uuid.uuid4()),
+        kind=JobKind.evaluation,
+        environment=environment,
+        spec=spec.model_dump(mode="json"),
+        owner_id=owner_id,
+        parent_id=parent_id,
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
+    )
+    session.add(job)
+    append_event(session, job_id=job.id, kind="queued", data={"environment": environment, "kind": "evaluation"})
+    return job
+
+
 def get_job(session: Session, *, job_id: str) -> Job | None:
     return session.get(Job, job_id)
+
+
+def is_job_id(text: str) -> bool:
+    """Job ids are UUIDs; anything else is not looked up (some databases refuse odd bytes such as NUL)."""
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+def start_run(session: Session, *, job_id: str) -> Job:
+    """The job, marked running by the process about to run it; LookupError if the store has no such job."""
+    job = get_job(session, job_id=job_id)
+    if job is None:
+        raise LookupError(f"no job {job_id!r} in the store")
+    mark_running(session, job=job)
+    return job
 
 
 def mark_running(session: Session, *, job: Job) -> None:
@@ -83,6 +129,23 @@ def record_trajectories(session: Session, *, job: Job, step: int, split: str, ro
     session.add_all(SampledTrajectory(job_id=job.id, step=step, split=split, **row) for row in rows)
 
 
+def record_example_results(session: Session, *, job: Job, step: int, rows: list[dict[str, Any]]) -> None:
+    """Per-example results of a measurement at ``step`` (service/evaluation/results.py's rows), replacing any."""
+    session.exec(delete(ExampleResult).where(col(ExampleResult.job_id) == job.id, col(ExampleResult.step) == step))
+    session.add_all(ExampleResult(job_id=job.id, step=step, **row) for row in rows)
+
+
+def example_results(session: Session, *, job_id: str, step: int) -> list[ExampleResult]:
+    query = select(ExampleResult).where(ExampleResult.job_id == job_id, ExampleResult.step == step)
+    return list(session.exec(query.order_by(col(ExampleResult.position))))
+
+
+def baseline_evaluation(session: Session, *, job_id: str) -> Job | None:
+    """The evaluation of a training job's baseline model, if it asked for one."""
+    query = select(Job).where(Job.parent_id == job_id, Job.kind == JobKind.evaluation).order_by(col(Job.created_at))
+    return session.exec(query.limit(1)).first()
+
+
 def has_alert(session: Session, *, job_id: str, kind: str) -> bool:
     return session.exec(select(Alert.id).where(Alert.job_id == job_id, Alert.kind == kind).limit(1)).first() is not None
 
@@ -104,7 +167,7 @@ def last_recorded_step(session: Session, *, job_id: str) -> int:
 def discard_after(session: Session, *, job: Job, step: int) -> None:
     """Remove everything recorded past ``step`` (work the checkpoints no longer hold): step rows,
     validation points, alerts, sampled trajectories and their events."""
-    for table in (TrainingStep, ValidationPoint, Alert, SampledTrajectory):
+    for table in (TrainingStep, ValidationPoint, Alert, SampledTrajectory, ExampleResult):
         session.exec(delete(table).where(col(table.job_id) == job.id, col(table.step) > step))
     session.exec(
         delete(JobEvent).where(
@@ -120,12 +183,13 @@ def finish_job(
     *,
     job: Job,
     status: JobStatus,
-    stop_reason: StopReason,
-    best_step: int | None,
-    best_val_accuracy: float | None,
-    step0_val_accuracy: float | None,
+    stop_reason: StopReason | None,
+    best_step: int | None = None,
+    best_val_accuracy: float | None = None,
+    step0_val_accuracy: float | None = None,
     error: str | None = None,
 ) -> None:
+    """Record how a job ended (an evaluation has no stop reason) and append its ``finished`` event."""
     job.status = status
     job.stop_reason = stop_reason
     job.best_step = best_step
@@ -136,7 +200,7 @@ def finish_job(
     job.worker_id = None
     job.lease_expires_at = None
     session.add(job)
-    data = {"status": status.value, "stop_reason": stop_reason.value, "best_step": best_step,
+    data = {"status": status.value, "stop_reason": stop_reason and stop_reason.value, "best_step": best_step,
             "best_val_accuracy": best_val_accuracy, "step": job.step, "error": error}  # fmt: skip
     append_event(session, job_id=job.id, kind="finished", data=data)
 
@@ -152,3 +216,29 @@ def judge_totals(session: Session, *, job_id: str) -> dict[str, float] | None:
     if not judged:
         return None
     return {key: sum(float(m.get(key) or 0.0) for m in judged) for key in JUDGE_TOTALS}
+
+
+def cost_totals(session: Session, *, job_id: str) -> dict[str, Any]:
+    """What a training job has spent so far: tokens its policy generated (training rollouts, validation's
+    sampled and greedy passes), its judge's tokens and dollars, and wall time per phase."""
+    recorded = steps(session, job_id=job_id)
+    points = validation_points(session, job_id=job_id)
+    judge = judge_totals(session, job_id=job_id) or {}
+
+    def summed(key: str) -> float:
+        return sum(float(s.metrics.get(key) or 0.0) for s in recorded)
+
+    validation_tokens = [p.tokens_generated for p in points]
+    return {
+        "tokens_generated_train": int(summed("tokens_generated")),
+        "tokens_generated_validation": sum(t or 0 for t in validation_tokens),
+        "judge_prompt_tokens": int(judge.get("judge_prompt_tokens", 0)),
+        "judge_completion_tokens": int(judge.get("judge_completion_tokens", 0)),
+        "judge_cost_usd": judge.get("judge_cost_usd", 0.0),
+        "wall_s": {
+            "rollout": summed("rollout_s"),
+            "judge": summed("judge_s"),
+            "train": summed("train_s"),
+            "validation": sum(p.wall_time_s for p in points),
+        },
+    }

@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from sqlalchemy import JSON, Column, DateTime, Index, UniqueConstraint
+from sqlalchemy import JSON, Column, DateTime, Index, String, Text, UniqueConstraint
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
@@ -43,6 +43,12 @@ class StopReason(str, Enum):
     cancelled = "cancelled"
     error = "error"
     budget = "budget"  # the job's judge calls reached reward.max_judge_cost_usd
+    beat_baseline = "beat_baseline"  # validation accuracy beat the baseline model's by validation.beat_baseline_by
+
+
+class JobKind(str, Enum):
+    training = "training"
+    evaluation = "evaluation"  # measurement only: a model on a split, nothing trained
 
 
 class Role(str, Enum):
@@ -59,12 +65,21 @@ class Job(SQLModel, table=True):
         UniqueConstraint("owner_id", "idempotency_key", name="uq_jobs_owner_idempotency_key"),
         Index("ix_jobs_owner_created", "owner_id", "created_at"),
         Index("ix_jobs_status_created", "status", "created_at"),
+        Index("ix_jobs_kind_created", "kind", "created_at"),
     )
 
     id: str = Field(primary_key=True, max_length=36)
+    kind: JobKind = Field(default=JobKind.training, sa_column=Column(String(16), nullable=False, server_default="training"))
     status: JobStatus = Field(default=JobStatus.queued, index=True)
     environment: str = Field(max_length=128)
     spec: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    parent_id: str | None = Field(
+        default=None, foreign_key="jobs.id", max_length=36, description="The training job a baseline evaluation was made for."
+    )
+    manifest: dict[str, Any] | None = Field(
+        default=None, sa_column=Column(JSON), description="What the run measured with (service/manifests.py)."
+    )
+    summary: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON), description="An evaluation's results.")
     owner_id: str = Field(default=LOCAL_OWNER, max_length=36, description="Id of the API token that submitted it.")
     idempotency_key: str | None = Field(default=None, max_length=255)
     request_hash: str | None = Field(default=None, max_length=64, description="sha256 of the submitted spec.")
@@ -122,7 +137,30 @@ class ValidationPoint(SQLModel, table=True):
     temperature: float
     outcomes: dict[str, int] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     wall_time_s: float
+    tokens_generated: int | None = Field(default=None, description="Tokens the policy generated, sampled and greedy passes.")
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
+
+
+class ExampleResult(SQLModel, table=True):
+    """How one scenario fared in one measurement: a training job's validation point at ``step``, or an
+    evaluation (step 0). What ``GET /v1/compare`` pairs by scenario to bootstrap its intervals."""
+
+    __tablename__ = "example_results"
+    __table_args__ = (UniqueConstraint("job_id", "step", "scenario_id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: str = Field(foreign_key="jobs.id", index=True, max_length=36)
+    step: int
+    position: int = Field(description="Order of the scenario in its split.")
+    scenario_id: str = Field(max_length=128)
+    outcome: str = Field(max_length=64)
+    correct: bool
+    reward: float
+    completion: str = Field(default="", sa_column=Column(Text, nullable=False))
+    completion_tokens: int | None = None
+    samples: int = Field(default=1, description="Completions sampled (best-of-N); the row shows the selected one.")
+    correct_samples: int = Field(default=0, description="How many of them were correct (pass@k's c).")
+    details: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
 
 
 class JobEvent(SQLModel, table=True):

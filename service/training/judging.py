@@ -7,6 +7,7 @@ The judge's endpoint, key and limits are the operator's (Settings); a job only n
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,9 +84,20 @@ class StepJudging:
     clamped: int = 0
     failures: list[str] = field(default_factory=list)
     agreements: list[float] = field(default_factory=list)
+    seconds: float = 0.0  # wall time with at least one judge call in flight (calls overlap, so not their sum)
+    _in_flight: int = 0
+    _busy_since: float = 0.0
 
     async def after_each(self, group: art.TrajectoryGroup) -> art.TrajectoryGroup | None:
-        result: GroupJudgement = await self.judge.judge(group)
+        if self._in_flight == 0:
+            self._busy_since = time.monotonic()
+        self._in_flight += 1
+        try:
+            result: GroupJudgement = await self.judge.judge(group)
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self.seconds += time.monotonic() - self._busy_since
         self.usage.add(result.usage)
         self.attempts += result.attempts
         self.clamped += len(result.clamped)

@@ -23,12 +23,16 @@ import environments
 from environments.base import Environment, Sampling
 from service.alerts import check_alerts
 from service.backends import make_backend
+from service import manifests
+from service.manifests import base_model_for
+from service.evaluation.results import completion_tokens, example_row
+from service.evaluation.runner import evaluate_into
 from service.settings import Settings, get_settings
-from service.spec import DEFAULT_BASE_MODEL, JobSpec
+from service.spec import EvaluationSpec, JobSpec, LitellmModel
 from service.store import runs
 from service.store.tables import Alert, Job, JobStatus, StopReason
-from service.training.schedule import cosine_schedule
 from service.training.judging import Judge, StepJudging, judge_for
+from service.training.schedule import cosine_schedule
 from service.training.seeding import batch_for_step, derive_seed
 from service.training.stopping import Decision, decide
 from service.training.validation import validate
@@ -74,6 +78,7 @@ class _Run:
     db: Engine
     hooks: JobHooks = field(default_factory=JobHooks)
     judge: Judge | None = None
+    baseline_accuracy: float | None = None  # the baseline model's accuracy on the validation examples
 
     def session(self) -> Session:
         return Session(self.db, expire_on_commit=False)
@@ -165,7 +170,8 @@ async def _train_step(run: _Run, step: int) -> int:
         started = time.monotonic()
         groups = await _rollouts(run, step, judging)
         if groups:
-            return await _train_and_record(run, groups, judging, started=started, rollout_s=time.monotonic() - started)
+            gathered_s = time.monotonic() - started
+            return await _train_and_record(run, groups, judging, started=started, gathered_s=gathered_s)
         assert judging is not None  # without a judge, gather raises rather than return no group
         run.on_event("judge_outage", {"step": step, "failures": judging.failures[-3:]})
     raise JudgeOutage(
@@ -200,13 +206,16 @@ async def _rollouts(run: _Run, step: int, judging: StepJudging | None) -> list[a
 
 
 async def _train_and_record(
-    run: _Run, groups: list[art.TrajectoryGroup], judging: StepJudging | None, *, started: float, rollout_s: float
+    run: _Run, groups: list[art.TrajectoryGroup], judging: StepJudging | None, *, started: float, gathered_s: float
 ) -> int:
+    """Train on the gathered groups and record the step. Its wall time is split into phases: ``judge_s`` (a judge
+    call in flight; judging overlaps the rollouts it follows), ``rollout_s`` (the rest of gathering), ``train_s``."""
     spec = run.spec
     result = await run.backend.train(
         run.model, groups, learning_rate=spec.training.learning_rate, kl_penalty_coef=spec.training.kl_penalty_coef
     )
-    train_s = time.monotonic() - started - rollout_s
+    train_s = time.monotonic() - started - gathered_s
+    judge_s = judging.seconds if judging is not None else 0.0
     await run.model.log(groups, metrics=result.metrics, step=result.step, split="train")
 
     trajectories = [t for g in groups for t in g.trajectories]
@@ -228,8 +237,10 @@ async def _train_and_record(
         "wall_time_s": time.monotonic() - started,
         "metrics": {
             **{k: float(v) for k, v in metrics.items()},
-            "rollout_s": rollout_s,
+            "rollout_s": max(0.0, gathered_s - judge_s),
+            "judge_s": judge_s,
             "train_s": train_s,
+            "tokens_generated": float(sum(completion_tokens(t) or 0 for t in trajectories)),
             "rollout_exceptions": float(sum(len(g.exceptions) for g in groups)),
             **judge_metrics,
         },
@@ -260,9 +271,13 @@ async def _validate_and_decide(run: _Run, step: int, *, due: bool = True) -> Dec
         recorded = {p.step: p for p in runs.validation_points(session, job_id=run.job_id)}
     if due and step not in recorded and (measured := await _measure(run, step, recorded)) is not None:
         values, trajectories = measured
+        rows = run.env.scenarios("val")[: spec.validation.max_examples]
+        results = [example_row(run.env, t, position=i, scenario_id=str(row["id"]))
+                   for i, (row, t) in enumerate(zip(rows, trajectories))]  # fmt: skip
         with run.session() as session:
             job = runs.get_job(session, job_id=run.job_id)
             recorded[step] = runs.record_validation(session, job=job, step=step, values=values)
+            runs.record_example_results(session, job=job, step=step, rows=results)
             sampled = _sampled([trajectories], run.hooks.trajectories_per_step)
             runs.record_trajectories(session, job=job, step=step, split="val", rows=sampled)
             alerts = check_alerts(session, job=job, spec=run.spec)  # committed with the row that fired them
@@ -281,7 +296,42 @@ async def _validate_and_decide(run: _Run, step: int, *, due: bool = True) -> Dec
     )
     if decision.stop_reason is None and spec.alerts.stop_on_divergence and _diverged(run):
         return replace(decision, stop_reason=StopReason.divergence)
+    if decision.stop_reason is None and _beat_baseline(run, series[-1][1] if series else None):
+        return replace(decision, stop_reason=StopReason.beat_baseline)
     return decision
+
+
+def _beat_baseline(run: _Run, accuracy: float | None) -> bool:
+    margin = run.spec.validation.beat_baseline_by
+    if margin is None or run.baseline_accuracy is None or accuracy is None:
+        return False
+    return accuracy >= run.baseline_accuracy + margin
+
+
+async def _baseline(run: _Run, settings: Settings, data_dir: Path) -> float | None:
+    """The baseline model's accuracy on the job's validation examples, measured once as an evaluation job of
+    this job (re-measured if a crash interrupted it); None when the job names no baseline."""
+    v, spec = run.spec.validation, run.spec
+    if v.baseline_model is None:
+        return None
+    with run.session() as session:
+        evaluation = runs.baseline_evaluation(session, job_id=run.job_id)
+        if evaluation is not None and evaluation.status == JobStatus.succeeded and evaluation.summary:
+            return evaluation.summary["pass_rate"]
+        eval_spec = EvaluationSpec(model=LitellmModel(litellm=v.baseline_model), environment=spec.environment,
+                                   environment_args=spec.environment_args, split="val", max_examples=v.max_examples,
+                                   temperature=v.temperature, seed=spec.seed)  # fmt: skip
+        if evaluation is None:
+            job = runs.get_job(session, job_id=run.job_id)
+            evaluation = runs.create_evaluation(session, spec=eval_spec, environment=spec.environment,
+                                                owner_id=job.owner_id, parent_id=job.id)  # fmt: skip
+        runs.mark_running(session, job=evaluation)  # running without a lease: no worker claims it from this job
+        session.commit()
+    run.on_event("baseline", {"model": v.baseline_model, "evaluation_id": evaluation.id})
+    ended = await evaluate_into(evaluation.id, eval_spec, db=run.db, data_dir=data_dir, settings=settings)
+    accuracy = ended.summary["pass_rate"]
+    run.on_event("baseline", {"model": v.baseline_model, "evaluation_id": evaluation.id, "accuracy": accuracy})
+    return accuracy
 
 
 async def _measure(
@@ -345,13 +395,6 @@ def _finish(
         return job
 
 
-def base_model_for(spec: JobSpec, env: Environment) -> str:
-    """The job's base model, or the embedded architecture the environment recommends."""
-    if spec.model.base_model is not None:
-        return spec.model.base_model
-    return getattr(env, "embedded_base_model", None) or DEFAULT_BASE_MODEL
-
-
 def model_for(job_id: str, spec: JobSpec, env: Environment, data_dir: Path) -> art.TrainableModel:
     """The ART model a job trains: one per job, so concurrent jobs never share checkpoints."""
     return art.TrainableModel(
@@ -376,12 +419,9 @@ async def run_job(
     hooks = hooks or JobHooks()
     settings = settings or get_settings()
     with Session(db, expire_on_commit=False) as session:
-        job = runs.get_job(session, job_id=job_id)
-        if job is None:
-            raise LookupError(f"no job {job_id!r} in the store")
-        spec = JobSpec.model_validate(job.spec)
-        runs.mark_running(session, job=job)
+        job = runs.start_run(session, job_id=job_id)
         session.commit()
+    spec = JobSpec.model_validate(job.spec)
     backend: art.Backend | None = None
     try:
         env = environments.load(spec.environment, spec.environment_args)
@@ -389,6 +429,8 @@ async def run_job(
         judge = judge_for(spec.reward, settings, graded_against)
         backend = make_backend(spec.model.backend, data_dir=data_dir, seed=spec.seed)
         run = _Run(job_id, spec, env, model_for(job_id, spec, env, data_dir), backend, db, hooks, judge)
+        _record_manifest(run)
+        run.baseline_accuracy = await _baseline(run, settings, data_dir)
         await run.model.register(backend)
         await _warm_start(run)
         step = await _resume_point(run)
@@ -413,6 +455,15 @@ async def run_job(
     finally:
         if backend is not None:
             await backend.close()
+
+
+def _record_manifest(run: _Run) -> None:
+    """What this run measures with, written (again) by the process that trains it: its code is what counts."""
+    with run.session() as session:
+        job = runs.get_job(session, job_id=run.job_id)
+        job.manifest = manifests.training_manifest(run.spec, run.env)
+        session.add(job)
+        session.commit()
 
 
 def _judge_budget_spent(run: _Run) -> float | None:

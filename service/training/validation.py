@@ -15,6 +15,7 @@ from typing import Any
 import art
 
 from environments.base import Environment, Sampling
+from service.evaluation.results import completion_tokens, outcome_of
 from service.training.seeding import derive_seed
 
 
@@ -26,6 +27,7 @@ class ValidationResult:
     temperature: float
     outcomes: dict[str, int]
     wall_time_s: float
+    tokens_generated: int | None
     trajectories: list[art.Trajectory]
 
     def row_values(self) -> dict[str, Any]:
@@ -36,14 +38,8 @@ class ValidationResult:
             "temperature": self.temperature,
             "outcomes": self.outcomes,
             "wall_time_s": self.wall_time_s,
+            "tokens_generated": self.tokens_generated,
         }
-
-
-def outcome_of(env: Environment, trajectory: art.Trajectory) -> str:
-    outcome = trajectory.metadata.get("outcome")
-    if isinstance(outcome, str):
-        return outcome
-    return "correct" if env.is_correct(trajectory) else "incorrect"
 
 
 async def _accuracy(
@@ -62,7 +58,8 @@ async def validate(
     """Accuracy on ``rows`` at ``temperature`` (the recorded number) and greedily."""
     started = time.monotonic()
     accuracy, trajectories = await _accuracy(env, model, rows, seed=seed, temperature=temperature)
-    greedy, _ = await _accuracy(env, model, rows, seed=seed, temperature=0.0)
+    greedy, greedy_trajectories = await _accuracy(env, model, rows, seed=seed, temperature=0.0)
+    tokens = [completion_tokens(t) for t in (*trajectories, *greedy_trajectories)]
     return ValidationResult(
         accuracy=accuracy,
         greedy_accuracy=greedy,
@@ -70,5 +67,6 @@ async def validate(
         temperature=temperature,
         outcomes=dict(sorted(Counter(outcome_of(env, t) for t in trajectories).items())),
         wall_time_s=time.monotonic() - started,
+        tokens_generated=None if any(t is None for t in tokens) else sum(tokens),
         trajectories=trajectories,
     )

@@ -1,4 +1,5 @@
 """The worker: claims jobs under leases, trains several at once, and hands them back on shutdown.
+It runs evaluation jobs the same way (they record only at their end, so an interrupted one starts over).
 
 Each job runs as an asyncio task through ``run_job``; a heartbeat renews the leases of the jobs
 it holds. A job stops at its next step boundary, recording nothing, when the worker shuts down
@@ -24,7 +25,8 @@ from sqlmodel import Session
 
 from service.alerts import WebhookNotifier
 from service.settings import Settings
-from service.store.tables import Job
+from service.evaluation.runner import run_evaluation
+from service.store.tables import Job, JobKind
 from service.training.loop import JobHooks, JobInterrupted, run_job
 from service.worker import leases
 
@@ -119,7 +121,10 @@ class Worker:
             trajectories_per_step=self.settings.trajectories_per_step,
         )
         try:
-            ended = await run_job(job.id, db=self.engine, data_dir=self.settings.data_dir, hooks=hooks, settings=self.settings)
+            if job.kind == JobKind.evaluation:
+                ended = await run_evaluation(job.id, db=self.engine, data_dir=self.settings.data_dir, settings=self.settings)
+            else:
+                ended = await run_job(job.id, db=self.engine, data_dir=self.settings.data_dir, hooks=hooks, settings=self.settings)
             reason = ended.stop_reason.value if ended.stop_reason else "-"
             log.info("finished job %s: %s (%s) at step %d", ended.id, ended.status.value, reason, ended.step)
         except JobInterrupted:

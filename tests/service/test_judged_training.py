@@ -56,6 +56,12 @@ def test_a_hybrid_job_trains_on_ruler_rewards_and_stops_on_ground_truth(tmp_path
         totals = runs.judge_totals(session, job_id=job_id)
         rows = session.exec(select(SampledTrajectory).where(SampledTrajectory.job_id == job_id)).all()
     assert totals["judge_groups"] == 8 and totals["judge_cost_usd"] == sum(m["judge_cost_usd"] for m in metrics)
+    assert all(m["judge_s"] > 0 and m["tokens_generated"] > 0 for m in metrics)  # a phase of its own, and the policy's tokens
+    with Session(engine) as session:
+        cost = runs.cost_totals(session, job_id=job_id)
+    assert cost["judge_cost_usd"] == totals["judge_cost_usd"] and cost["judge_prompt_tokens"] == totals["judge_prompt_tokens"]
+    assert cost["tokens_generated_train"] == sum(m["tokens_generated"] for m in metrics)
+    assert cost["tokens_generated_validation"] > 0 and all(cost["wall_s"][phase] > 0 for phase in ("rollout", "judge", "validation"))
     train_rows = [r for r in rows if r.split == "train"]
     assert train_rows and {r.reward for r in train_rows} <= {0.1, 0.9}  # the judge's scores, not the verifier's
     assert all("independent_reward" in r.details["metrics"] for r in train_rows)

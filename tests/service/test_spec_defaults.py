@@ -21,7 +21,7 @@ def test_the_spec_default_base_model_is_the_policys_default():
 
 
 def test_an_unset_base_model_is_the_environments_recommendation_or_the_default():
-    from service.training.loop import base_model_for
+    from service.manifests import base_model_for
 
     email, math = environments.load("email"), environments.load("math")
     assert email.embedded_base_model in PRESETS

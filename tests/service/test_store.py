@@ -7,7 +7,7 @@ from alembic import command
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from service.spec import JobSpec
+from service.spec import EvaluationSpec, JobSpec
 from service.store import db as store_db
 from service.store import runs
 from service.store.tables import JobStatus, StopReason
@@ -91,4 +91,32 @@ def test_a_budget_stop_is_stored_and_survives_a_downgrade_as_an_error(database_u
         row = connection.exec_driver_sql(f"SELECT stop_reason, error FROM jobs WHERE id = '{job_id}'").one()
     engine.dispose()
     assert tuple(row) == ("error", "stopped: judge budget reached")
+    store_db.upgrade(database_url)
+
+
+def test_evaluations_and_beat_baseline_stops_are_stored_and_a_downgrade_keeps_the_training_jobs(database_url):
+    store_db.upgrade(database_url)
+    engine = store_db.make_engine(database_url)
+    with Session(engine) as session:
+        job = runs.create_job(session, spec=JobSpec(environment="math"))
+        runs.finish_job(session, job=job, status=JobStatus.succeeded, stop_reason=StopReason.beat_baseline)
+        evaluation = runs.create_evaluation(session, spec=EvaluationSpec.model_validate(
+            {"model": {"litellm": "openai/x"}, "environment": "math"}), environment="math", parent_id=job.id)  # fmt: skip
+        session.flush()
+        row = {"position": 0, "scenario_id": "math-val-00000", "outcome": "correct", "correct": True, "reward": 1.0,
+               "completion": "Final: 94", "completion_tokens": 9, "details": {"why": "ok"}}  # fmt: skip
+        runs.record_example_results(session, job=evaluation, step=0, rows=[row])
+        session.commit()
+        job_id = job.id
+    with Session(engine) as session:
+        assert runs.get_job(session, job_id=job_id).stop_reason is StopReason.beat_baseline
+        stored = runs.baseline_evaluation(session, job_id=job_id)
+        assert stored.kind == "evaluation" and runs.example_results(session, job_id=stored.id, step=0)[0].completion == "Final: 94"
+    engine.dispose()
+    command.downgrade(store_db.alembic_config(database_url), "0003")
+    engine = store_db.make_engine(database_url)
+    with engine.connect() as connection:
+        rows = connection.exec_driver_sql("SELECT id, stop_reason FROM jobs").all()
+    engine.dispose()
+    assert [tuple(r) for r in rows] == [(job_id, "target")]
     store_db.upgrade(database_url)

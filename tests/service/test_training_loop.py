@@ -109,6 +109,7 @@ def test_a_failing_run_is_recorded_as_failed_with_the_error(tmp_path):
 FORMAT_OUTCOMES = ("missing_prefix", "extra_whitespace", "not_single_line", "leading_zeros", "not_integer")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1500)  # about 3-5 minutes on an idle 2-core machine, several times that on a busy one
 def test_a_short_run_from_a_warm_start_learns(tmp_path):
     """Warm start, then GRPO against the strict scorer: validation accuracy rises and format slips fall."""

@@ -54,7 +54,7 @@ def job_events(
     ] = None,
 ) -> EventList | EventSourceResponse:
     """Lifecycle, step, validation and alert events, oldest first; live with `Accept: text/event-stream`."""
-    job = visible_job(session, caller=caller, job_id=job_id)
+    job = visible_job(session, caller=caller, job_id=job_id, kind=None)  # an evaluation's too
     if "text/event-stream" in request.headers.get("accept", ""):
         session.close()  # the stream reads with short sessions of its own: hold no connection meanwhile
         start = last_event_id if last_event_id is not None else after

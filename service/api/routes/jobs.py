@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, HTTPException, Query, Response
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
 import environments
+from service import manifests
 from service.api.deps import CallerDep, SessionDep, SettingsDep, visible_job
 from service.api.errors import ErrorBody
 from service.api.schemas import (
+    CostPublic,
     JobList,
     JobPublic,
     JudgeTotals,
@@ -65,12 +67,15 @@ def submit_job(
         names = ", ".join(installed_environments()) or "none"
         raise HTTPException(422, f"environment: unknown environment {spec.environment!r}; installed: {names}")
     try:
-        environments.load(spec.environment, spec.environment_args)  # constructors are cheap by contract
+        env = environments.load(spec.environment, spec.environment_args)  # constructors are cheap by contract
     except environments.EnvironmentConfigError as exc:
         raise HTTPException(422, f"environment_args: {exc}") from None
     if (refusal := settings.refuse_reward(spec.reward)) is not None:
         raise HTTPException(422, refusal)
-    job, replayed = _create_once(session, spec=spec, caller=caller, key=idempotency_key)
+    if spec.validation.baseline_model is not None:
+        if (refusal := settings.refuse_baseline(spec.validation.baseline_model, field="validation.baseline_model")) is not None:
+            raise HTTPException(422, refusal)
+    job, replayed = _create_once(session, spec=spec, caller=caller, key=idempotency_key, env=env)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return JobPublic.model_validate(job)
@@ -121,6 +126,7 @@ def get_metrics(job_id: str, session: SessionDep, caller: CallerDep) -> MetricsP
         steps=[StepPublic.model_validate(row) for row in runs.steps(session, job_id=job.id)],
         validation=[ValidationPublic.model_validate(row) for row in runs.validation_points(session, job_id=job.id)],
         judge=JudgeTotals(**totals) if totals else None,
+        cost=CostPublic(**runs.cost_totals(session, job_id=job.id)),
     )
 
 
@@ -139,18 +145,32 @@ def get_trajectories(
     return TrajectoryList(data=[TrajectoryPublic.model_validate(row) for row in rows])
 
 
+@router.get("/jobs/{job_id}/manifest")
+def get_manifest(job_id: str, session: SessionDep, caller: CallerDep) -> dict[str, Any]:
+    """What a job or an evaluation measured with: split fingerprints, environment and scorer versions, prompt hash,
+    sampling, backend and base model, judge, seed, code version. `locked` holds what two runs must share to be
+    compared (GET /v1/compare)."""
+    job = visible_job(session, caller=caller, job_id=job_id, kind=None)
+    if job.manifest is None:
+        raise HTTPException(404, f"job {job.id} has no manifest yet")
+    return job.manifest
+
+
 @lru_cache(maxsize=1)
 def installed_environments() -> tuple[str, ...]:
     """Names of the installed environments, read once: scanning entry points costs milliseconds a request."""
     return tuple(sorted(environments.available()))
 
 
-def _create_once(session: Session, *, spec: JobSpec, caller: Principal, key: str | None) -> tuple[Job, bool]:
-    """A new queued job, committed; or the job an earlier request with the same key made (and True)."""
+def _create_once(
+    session: Session, *, spec: JobSpec, caller: Principal, key: str | None, env: environments.Environment
+) -> tuple[Job, bool]:
+    """A new queued job with its manifest, committed; or the job an earlier request with the same key made (and True)."""
     digest = jobs.request_hash(spec)
     if (earlier := _earlier(session, caller=caller, key=key, digest=digest)) is not None:
         return earlier, True
     job = runs.create_job(session, spec=spec, owner_id=caller.id, idempotency_key=key, request_hash=digest)
+    job.manifest = manifests.training_manifest(spec, env)  # the worker writes it again when the job starts
     try:
         session.commit()
     except IntegrityError:  # a concurrent request with the same key committed first

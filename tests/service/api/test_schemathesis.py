@@ -11,12 +11,14 @@ import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
-from sqlmodel import Session
+from sqlmodel import Session, delete, update
 
 from service.api.app import create_app
 from service.auth import create_token
 from service.settings import Settings
-from service.store.tables import Role
+from service.spec import JobSpec
+from service.store import runs
+from service.store.tables import Alert, ExampleResult, Job, JobEvent, Role, SampledTrajectory, TrainingStep, ValidationPoint
 
 # positive_data_acceptance is left out: values the schema can only call strings (an installed
 # environment, an opaque cursor) are rightly refused when they name nothing.
@@ -61,8 +63,22 @@ def test_no_request_makes_a_server_error_and_responses_match_the_schema(case):
     case.call_and_validate(excluded_checks=EXCLUDED)
 
 
-def test_workflows_make_no_server_error_and_responses_match_the_schema(api_schema):
+def reset_jobs(engine) -> None:
+    """Every job-related row gone and one queued math job: the state each workflow example starts from."""
+    with Session(engine) as session:
+        for table in (ExampleResult, JobEvent, SampledTrajectory, Alert, ValidationPoint, TrainingStep):
+            session.exec(delete(table))
+        session.exec(update(Job).values(parent_id=None))
+        session.exec(delete(Job))
+        runs.create_job(session, spec=JobSpec(environment="math"))
+        session.commit()
+
+
+def test_workflows_make_no_server_error_and_responses_match_the_schema(api_schema, store):
     class Workflow(api_schema.as_state_machine()):
+        def setup(self):
+            reset_jobs(store)  # each example starts from the same store, so hypothesis can replay it
+
         def validate_response(self, response, case, additional_checks=None, **kwargs):
             case.validate_response(response, excluded_checks=EXCLUDED, transport_kwargs=kwargs)
 

@@ -1,0 +1,101 @@
+"""Benchmark: learning against selection on the README's main job, measured with the evaluation jobs.
+
+Trains ``artsvc train --env math`` in a fresh data directory, then evaluates the warm start (step 0) and the
+job's best checkpoint on the 200 validation problems, once with one sample per problem and once best-of-8, and
+runs the promotion gate: best checkpoint against warm start (learning), and best-of-8 against one sample
+(rejected: not comparable, selection is not learning). It also checks that an n=1 evaluation of the best
+checkpoint reproduces the job's own validation point example by example.
+
+    python bench/selection.py [--seed 0] [extra artsvc train flags...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlmodel import Session
+
+from env_rl import RESULTS, machine
+from service.evaluation.compare import Measured, compare
+from service.evaluation.runner import run_evaluation
+from service.settings import Settings
+from service.spec import EvaluationSpec
+from service.store import db as store_db
+from service.store import runs
+
+N = 8
+
+
+def evaluate(engine, settings: Settings, job_id: str, step: int, n: int) -> dict[str, Any]:
+    spec = EvaluationSpec.model_validate({"model": {"job_id": job_id, "step": step}, "n": n, "ks": sorted({1, 2, 4, n})})
+    with Session(engine) as session:
+        evaluation = runs.create_evaluation(session, spec=spec, environment="math")
+        session.commit()
+        evaluation_id = evaluation.id
+    started = time.monotonic()
+    done = asyncio.run(run_evaluation(evaluation_id, db=engine, data_dir=settings.data_dir, settings=settings))
+    return {"id": done.id, "step": step, "n": n, "summary": done.summary, "wall_time_s": round(time.monotonic() - started, 1)}
+
+
+def measured(engine, job_id: str, step: int) -> Measured:
+    with Session(engine) as session:
+        job = runs.get_job(session, job_id=job_id)
+        return Measured(job.id, job.kind, step, job.manifest, runs.example_results(session, job_id=job_id, step=step))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=0)
+    args, extra = parser.parse_known_args()
+    with tempfile.TemporaryDirectory(prefix="artsvc-bench-") as data_dir:
+        env = {k: v for k, v in os.environ.items() if k != "ARTSVC_DATABASE_URL"} | {"ARTSVC_DATA_DIR": data_dir}
+        command = [sys.executable, "-m", "service", "train", "--env", "math", "--seed", str(args.seed), "--json", *extra]
+        started = time.monotonic()
+        completed = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True)
+        if completed.returncode != 0:
+            sys.exit(f"training failed ({completed.returncode}); its error is above")
+        train_s = time.monotonic() - started
+        job = json.loads(completed.stdout.strip().splitlines()[-1])
+        settings = Settings(_env_file=None, data_dir=Path(data_dir), database_url=f"sqlite:///{data_dir}/artsvc.db")
+        engine = store_db.make_engine(settings.resolved_database_url)
+        best = job["best_step"]
+        evaluations = {f"step{step}_n{n}": evaluate(engine, settings, job["id"], step, n) for step in (0, best) for n in (1, N)}
+        side = {name: measured(engine, e["id"], 0) for name, e in evaluations.items()}
+        job_at_best = measured(engine, job["id"], best)
+        same = sum(a.outcome == b.outcome and a.completion == b.completion
+                   for a, b in zip(job_at_best.results, side[f"step{best}_n1"].results))  # fmt: skip
+        verdicts = {
+            "learning: best vs warm start (n=1)": compare(side["step0_n1"], side[f"step{best}_n1"]),
+            f"selection: warm start best-of-{N} vs n=1": compare(side["step0_n1"], side[f"step0_n{N}"]),
+        }
+    result = {"machine": machine(), "command": " ".join(command[2:]), "train_wall_time_s": round(train_s, 1), "job": job,
+              "evaluations": evaluations, "reproduced_examples": same, "examples": len(job_at_best.results),
+              "verdicts": verdicts}  # fmt: skip
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "selection.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(f"{result['command']} ({train_s / 60:.1f} min); {machine()}\n")
+    print(f"| checkpoint | samples | pass@1 | pass@{N} | best-of-N pass rate (selection) | eval wall time |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for e in evaluations.values():
+        s = e["summary"]
+        print(f"| step {e['step']} | {e['n']} | {s['pass_at_k']['1']:.3f} | {s['pass_at_k'].get(str(N), float('nan')):.3f} "
+              f"| {s['pass_rate']:.3f} | {e['wall_time_s']:.1f} s |")  # fmt: skip
+    print(f"\nn=1 evaluation of step {best} reproduces the job's validation on {same} of {result['examples']} examples\n")
+    for name, v in verdicts.items():
+        overall = v["overall"]
+        detail = (f"delta {overall['delta']:+.3f}, 95% interval [{overall['ci_low']:+.3f}, {overall['ci_high']:+.3f}]"
+                  if overall else "; ".join(v["reasons"]))  # fmt: skip
+        print(f"- {name}: **{v['decision']}** ({detail})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Evaluation: measurement instruments over sampled completions (deterministic, total, explainable)."""

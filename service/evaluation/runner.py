@@ -1,0 +1,171 @@
+"""Evaluation jobs: one model on one split, measured and stored, nothing trained.
+
+The model is a training job's checkpoint (served by the job's own backend at ``name@step``) or any
+litellm model behind an OpenAI-compatible endpoint the operator configures (a baseline). Each example
+is sampled ``n`` times; the first sample uses the validation seed of that example, so a checkpoint
+evaluated on val with n=1 reproduces the job's own validation point. With n > 1 the best sample by
+reward is selected (service/evaluation/selection.py) and the numbers are labelled as selection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import art
+import litellm
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from environments.base import Environment, Sampling
+from service.backends import make_backend
+from service.evaluation.plan import EvaluationError, Resolved, manifest_for, resolve
+from service.evaluation.results import completion_text, completion_tokens, example_row, summarize, sum_logprob
+from service.evaluation.selection import Candidate, select
+from service.settings import Settings
+from service.spec import CheckpointModel, EvaluationSpec, JobSpec
+from service.store import runs
+from service.store.events import append_event
+from service.store.tables import Job, JobStatus
+from service.training.seeding import derive_seed
+
+CONCURRENCY = 32  # rollouts in flight at once: a provider's rate limit, not the embedded server, is the bound
+PROGRESS_EVENTS = 10  # progress events an evaluation records (each tenth of its examples)
+
+
+def litellm_model(name: str, settings: Settings) -> art.Model:
+    """An ART model whose OpenAI client talks to the endpoint serving the litellm model ``name``."""
+    try:
+        model, provider, key, api_base = litellm.get_llm_provider(name, api_base=settings.baseline_api_base)
+    except Exception as exc:  # litellm raises its own BadRequestError for a provider it does not know
+        raise EvaluationError(f"litellm cannot route {name!r}: {exc}") from None
+    if settings.baseline_api_key is not None:
+        key = settings.baseline_api_key.get_secret_value()
+    if api_base is None:
+        raise EvaluationError(f"no endpoint known for {name!r} (provider {provider}); set ARTSVC_BASELINE_API_BASE")
+    return art.Model(name=name.replace("/", "--"), project="artsvc", inference_model_name=model,
+                     inference_base_url=api_base, inference_api_key=key or "unset")  # fmt: skip
+
+
+async def _sample_all(env: Environment, model: art.Model, rows: list[dict[str, Any]], *, split: str, n: int,
+                      temperature: float, seed: int, progress: Callable[[int], None]) -> list[list[art.Trajectory]]:  # fmt: skip
+    """``n`` rollouts per row, seeded per example and sample; sample 0 uses the row's validation seed."""
+    limit = asyncio.Semaphore(CONCURRENCY)
+    done = 0
+
+    async def one(row: dict[str, Any], i: int) -> art.Trajectory:
+        nonlocal done
+        parts = (seed, split, row["id"]) if i == 0 else (seed, split, row["id"], i)
+        async with limit:
+            trajectory = await env.rollout(model, row, Sampling(temperature=temperature, seed=derive_seed(*parts)))
+        done += 1
+        progress(done)
+        return trajectory
+
+    return list(await asyncio.gather(*(asyncio.gather(*(one(row, i) for i in range(n))) for row in rows)))
+
+
+def _candidates(env: Environment, trajectories: list[art.Trajectory]) -> list[Candidate]:
+    return [
+        Candidate(index=i, completion=completion_text(t), reward=t.reward,
+                  correct=bool(env.is_correct(t)), sum_logprob=sum_logprob(t))  # fmt: skip
+        for i, t in enumerate(trajectories)
+    ]
+
+
+async def measure(
+    spec: EvaluationSpec, resolved: Resolved, model: art.Model, progress: Callable[[int, int], None]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Sample, select and summarise: the evaluation's summary and its per-example rows."""
+    started = time.monotonic()
+    env = resolved.env
+    rows = list(env.scenarios(spec.split))[: spec.max_examples]
+    total = len(rows) * spec.n
+    sampled = await _sample_all(env, model, rows, split=spec.split, n=spec.n, temperature=resolved.temperature,
+                                seed=resolved.seed, progress=lambda done: progress(done, total))  # fmt: skip
+    ks = sorted(set(spec.ks if spec.ks is not None else (1, spec.n)))
+    report = select([_candidates(env, trajectories) for trajectories in sampled], ks=ks)
+    results = []
+    for position, (row, trajectories, chosen) in enumerate(zip(rows, sampled, report.selected)):
+        result = example_row(env, trajectories[chosen.index], position=position, scenario_id=str(row["id"]))
+        result["samples"], result["correct_samples"] = spec.n, sum(env.is_correct(t) for t in trajectories)
+        if spec.n > 1:
+            result["details"]["candidates"] = [{"index": c.index, "reward": c.reward, "correct": c.correct,
+                                                "sum_logprob": c.sum_logprob} for c in _candidates(env, trajectories)]  # fmt: skip
+        results.append(result)
+    tokens = [completion_tokens(t) for trajectories in sampled for t in trajectories]
+    summary = {
+        **summarize(results),
+        "n": spec.n,
+        "pass_at_k": {str(k): v for k, v in report.pass_at.items()},
+        "selection": report.label if spec.n > 1 else None,
+        "selection_digest": report.digest,
+        "tokens_generated": None if any(t is None for t in tokens) else sum(tokens),
+        "wall_time_s": time.monotonic() - started,
+    }
+    return summary, results
+
+
+async def run_evaluation(job_id: str, *, db: Engine, data_dir: Path, settings: Settings) -> Job:
+    """Run a queued (or re-claimed) evaluation to its recorded end; a failure is recorded and re-raised."""
+    with Session(db, expire_on_commit=False) as session:
+        job = runs.start_run(session, job_id=job_id)
+        session.commit()
+    return await evaluate_into(job_id, EvaluationSpec.model_validate(job.spec), db=db, data_dir=data_dir, settings=settings)
+
+
+async def evaluate_into(job_id: str, spec: EvaluationSpec, *, db: Engine, data_dir: Path, settings: Settings) -> Job:
+    """Measure ``spec`` and record it on the evaluation ``job_id`` (already marked running)."""
+    backend: art.Backend | None = None
+    marks = set()
+
+    def progress(done: int, total: int) -> None:
+        mark = done * PROGRESS_EVENTS // max(1, total)
+        if mark not in marks:
+            marks.add(mark)
+            with Session(db) as session:
+                append_event(session, job_id=job_id, kind="progress", data={"done": done, "total": total})
+                session.commit()
+
+    try:
+        with Session(db, expire_on_commit=False) as session:
+            resolved = resolve(session, spec, settings)
+            job = runs.get_job(session, job_id=job_id)
+            job.manifest = manifest_for(spec, resolved)
+            session.add(job)
+            session.commit()
+            parent = runs.get_job(session, job_id=spec.model.job_id) if isinstance(spec.model, CheckpointModel) else None
+        if parent is not None:
+            from service.training.loop import model_for  # the loop imports this module for baselines
+
+            job_spec = JobSpec.model_validate(parent.spec)
+            backend = make_backend(job_spec.model.backend, data_dir=data_dir, seed=job_spec.seed)
+            trainable = model_for(parent.id, job_spec, resolved.env, data_dir)
+            await trainable.register(backend)
+            step = resolved.model_section["step"]
+            model = art.Model(name=trainable.name, project=trainable.project, inference_model_name=trainable.get_inference_name(step),
+                              inference_base_url=trainable.inference_base_url, inference_api_key=trainable.inference_api_key)  # fmt: skip
+        else:
+            assert not isinstance(spec.model, CheckpointModel)
+            model = litellm_model(spec.model.litellm, settings)
+        summary, results = await measure(spec, resolved, model, progress)
+        with Session(db, expire_on_commit=False) as session:
+            job = runs.get_job(session, job_id=job_id)
+            runs.record_example_results(session, job=job, step=0, rows=results)
+            job.summary = summary
+            runs.finish_job(session, job=job, status=JobStatus.succeeded, stop_reason=None)
+            session.commit()
+            session.refresh(job)
+            return job
+    except Exception as exc:
+        with Session(db, expire_on_commit=False) as session:
+            job = runs.get_job(session, job_id=job_id)
+            runs.finish_job(session, job=job, status=JobStatus.failed, stop_reason=None, error=f"{type(exc).__name__}: {exc}")
+            session.commit()
+        raise
+    finally:
+        if backend is not None:
+            await backend.close()

@@ -1,0 +1,130 @@
+"""Run manifests: what a training job or an evaluation measured with, so that two numbers can be
+compared only when they were measured the same way (the Locked Room rule of seeds/001).
+
+A manifest has a ``locked`` section, the fields two runs must share to be comparable (the split and
+its fingerprint, the environment and its arguments, the scorer, the prompt, the sampling of the
+measurement), and informational sections (the model, the backend, the judge, the seed, the code).
+``differences`` lists the locked fields that differ; ``GET /v1/compare`` rejects on any of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from environments.base import Environment
+from service import __version__
+from service.spec import DEFAULT_BASE_MODEL, JobSpec
+
+MANIFEST_VERSION = 1
+
+
+def sha256_of(value: Any) -> str:
+    """sha256 of a JSON-able value in canonical form (sorted keys), or of a string as it is."""
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=True, default=str)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+@cache
+def code_version() -> str:
+    """The package version, with the git commit (and ``-dirty``) when the code runs from a checkout."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
+                                timeout=5, check=True).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,
+                               text=True, timeout=5, check=True).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return __version__
+    return f"{__version__}+g{commit}{'-dirty' if dirty else ''}"
+
+
+def prompt_hash(env: Environment, rows: list[dict[str, Any]]) -> str | None:
+    """Hash of the conversations the measured scenarios open with and the tools offered, so a changed prompt
+    shows even where the data did not change; None for an environment that does not expose its openings."""
+    opening = getattr(env, "opening", None)
+    if opening is None:
+        return None
+    return sha256_of({"openings": [opening(row) for row in rows], "tools": list(getattr(env, "tools", ()))})
+
+
+def measurement(
+    env: Environment, *, split: str, max_examples: int, temperature: float, samples: int, metric: str
+) -> dict[str, Any]:
+    """The locked section: how a number was measured, field by field."""
+    rows = list(env.scenarios(split))[:max_examples]
+    return {
+        "environment": env.name,
+        "environment_version": env.version,
+        "scorer": env.scorer_name,
+        "scorer_version": env.scorer_version,
+        "split": split,
+        "split_fingerprint": env.fingerprints().get(split),
+        "examples": len(rows),
+        "prompt_hash": prompt_hash(env, rows),
+        "temperature": temperature,
+        "samples_per_example": samples,
+        "metric": metric,
+    }
+
+
+def build(*, kind: str, env: Environment, environment_args: dict[str, Any], locked: dict[str, Any],
+          model: dict[str, Any], seed: int, judge: dict[str, Any] | None = None,
+          sampling: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """A whole manifest; ``locked`` comes from :func:`measurement`."""
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "kind": kind,
+        "locked": {**locked, "environment_args": dict(sorted(environment_args.items()))},
+        "fingerprints": env.fingerprints(),
+        "model": model,
+        "judge": judge,
+        "sampling": sampling or {},
+        "seed": seed,
+        "code_version": code_version(),
+    }
+
+
+def judge_section(model: str | None, rubric: str | None, mode: str) -> dict[str, Any] | None:
+    if model is None:
+        return None
+    return {"mode": mode, "model": model, "rubric_hash": None if rubric is None else sha256_of(rubric)}
+
+
+def differences(baseline: dict[str, Any], candidate: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every locked field whose value differs, named ``locked.<field>``; a ruler-scored measurement also
+    locks the judge (its number is the judge's opinion)."""
+    fields: list[tuple[str, Any, Any]] = []
+    left, right = baseline.get("locked", {}), candidate.get("locked", {})
+    fields += [(f"locked.{key}", left.get(key), right.get(key)) for key in sorted(set(left) | set(right))]
+    if "ruler_reward" in (left.get("metric"), right.get("metric")):
+        fields.append(("judge", baseline.get("judge"), candidate.get("judge")))
+    if baseline.get("manifest_version") != candidate.get("manifest_version"):
+        fields.append(("manifest_version", baseline.get("manifest_version"), candidate.get("manifest_version")))
+    return [{"field": name, "baseline": a, "candidate": b} for name, a, b in fields if a != b]
+
+
+def base_model_for(spec: JobSpec, env: Environment) -> str:
+    """The job's base model, or the embedded architecture the environment recommends."""
+    if spec.model.base_model is not None:
+        return spec.model.base_model
+    return getattr(env, "embedded_base_model", None) or DEFAULT_BASE_MODEL
+
+
+def training_manifest(spec: JobSpec, env: Environment) -> dict[str, Any]:
+    """A training job's manifest: its validation is the measurement (RULER's reward in ruler mode)."""
+    v, t = spec.validation, spec.training
+    metric = "ruler_reward" if spec.reward.mode == "ruler" else "accuracy"
+    locked = measurement(env, split="val", max_examples=v.max_examples, temperature=v.temperature, samples=1, metric=metric)
+    model = {"kind": "training", "name": spec.model.name, "backend": spec.model.backend, "base_model": base_model_for(spec, env)}
+    sampling = {"train_temperature": t.temperature, "group_size": t.group_size, "groups_per_step": t.groups_per_step,
+                "learning_rate": t.learning_rate, "kl_penalty_coef": t.kl_penalty_coef,
+                "warm_start_examples": t.warm_start_examples if t.warm_start_examples is not None
+                else getattr(env, "warm_start_examples", 0)}  # fmt: skip
+    return build(kind="training", env=env, environment_args=spec.environment_args, locked=locked, model=model,
+                 seed=spec.seed, judge=judge_section(spec.reward.judge_model, spec.reward.rubric, spec.reward.mode),
+                 sampling=sampling)  # fmt: skip

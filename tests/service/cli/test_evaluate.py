@@ -1,0 +1,48 @@
+"""``artsvc evaluate`` and ``artsvc compare`` as a user runs them: subprocesses against the real API on loopback,
+with the evaluation run the way a worker runs it and a baseline model served on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from service.evaluation.runner import run_evaluation
+from service.settings import Settings
+from tests.databases import sqlite_only
+from tests.service.api import seeding
+from tests.service.cli.test_plot import artsvc, said
+from tests.service.policy_server import policy_server
+
+
+@pytest.fixture
+def settings(database_url, tmp_path) -> Settings:
+    with policy_server() as api_base:
+        yield Settings(_env_file=None, database_url=database_url, data_dir=tmp_path / "data",
+                       baseline_models=["openai/sloppy", "openai/oracle"], baseline_api_base=api_base)  # fmt: skip
+
+
+@sqlite_only
+def test_evaluate_queues_and_compare_gates_with_its_exit_code(live_server, engine, settings, tmp_path):
+    _, headers = seeding.principal(engine)
+    env = {"ARTSVC_API_URL": live_server, "ARTSVC_TOKEN": headers["Authorization"].removeprefix("Bearer ")}
+    ids = {}
+    for model in ("sloppy", "oracle"):
+        spec = tmp_path / f"{model}.json"
+        spec.write_text(json.dumps({"model": {"litellm": f"openai/{model}"}, "environment": "math", "max_examples": 30}))
+        result = artsvc("evaluate", str(spec), cwd=tmp_path, **env)
+        assert result.returncode == 0, result.stderr
+        ids[model] = result.stdout.splitlines()[-1]
+        asyncio.run(run_evaluation(ids[model], db=engine, data_dir=settings.data_dir, settings=settings))
+
+    accepted = artsvc("compare", ids["sloppy"], ids["oracle"], "--min-delta", "0.05", "--json", cwd=tmp_path, **env)
+    assert accepted.returncode == 0, accepted.stderr
+    assert json.loads(accepted.stdout.splitlines()[-1])["decision"] == "ACCEPT" and "ACCEPT" in said(accepted)
+    rejected = artsvc("compare", ids["oracle"], ids["sloppy"], cwd=tmp_path, **env)
+    assert rejected.returncode == 1 and "REJECT" in said(rejected) and "lower bound" in said(rejected)
+
+    refused = tmp_path / "refused.json"
+    refused.write_text(json.dumps({"model": {"litellm": "openai/gpt-4o"}, "environment": "math"}))
+    result = artsvc("evaluate", str(refused), cwd=tmp_path, **env)
+    assert result.returncode == 2 and "not a baseline model this server allows" in said(result)

@@ -1,0 +1,73 @@
+"""A baseline model for tests that speaks the real protocol: OpenAI chat completions over HTTP on loopback.
+
+It answers the math environment's questions (every one is a sum of two integers) with a skill picked by
+the model name, deterministically from the question and the request's seed, so evaluations against it are
+reproducible: ``openai/oracle`` is always right; ``openai/sloppy`` is right on 3 questions in 5 and
+otherwise off by one (wrong_answer); ``openai/terse`` is right on 4 in 5 and otherwise drops the
+``Final:`` prefix (missing_prefix); ``openai/dice`` is right on a third of its samples, by seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+def _bucket(*parts: Any, modulo: int) -> int:
+    return int(hashlib.sha256(json.dumps(parts).encode()).hexdigest(), 16) % modulo
+
+
+def reply(model: str, question: str, seed: int | None) -> str:
+    total = sum(int(n) for n in re.findall(r"\d+", question))
+    skill = model.split("/")[-1]
+    if skill == "oracle":
+        return f"Final: {total}"
+    if skill == "sloppy":
+        return f"Final: {total}" if _bucket(question, modulo=5) < 3 else f"Final: {total + 1}"
+    if skill == "terse":
+        return f"Final: {total}" if _bucket(question, modulo=5) < 4 else f"{total}"
+    if skill == "dice":
+        return f"Final: {total}" if _bucket(question, seed, modulo=3) == 0 else f"Final: {total + 2}"
+    return "I do not know."
+
+
+@contextmanager
+def policy_server() -> Iterator[str]:
+    """Serve the baseline models in a thread; yields the API base (``http://127.0.0.1:PORT/v1``)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802 -- http.server's name
+            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            question = next(m["content"] for m in request["messages"] if m["role"] == "user")
+            content = reply(request["model"], question, request.get("seed"))
+            body = json.dumps({
+                "id": "chatcmpl-policy", "object": "chat.completion", "created": int(time.time()), "model": request["model"],
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+            }).encode()  # fmt: skip
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
