@@ -99,9 +99,9 @@ class StoreCollector:
         yield from families
 
     def _families(self, session: Session) -> Iterator[Metric]:
-        jobs = GaugeMetricFamily("artsvc_jobs", "Jobs by status.", labels=["status"])
-        for status, count in stats.job_counts(session).items():
-            jobs.add_metric([status.value], count)
+        jobs = GaugeMetricFamily("artsvc_jobs", "Jobs by kind (training, evaluation) and status.", labels=["kind", "status"])
+        for (kind, status), count in stats.job_counts(session).items():
+            jobs.add_metric([kind.value, status.value], count)
         yield jobs
         steps = stats.training_steps(session)
         yield CounterMetricFamily("artsvc_training_steps", "Training steps recorded.", value=steps)

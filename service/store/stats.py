@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 from sqlalchemy import and_, func
 from sqlmodel import Session, col, select
 
-from service.store.tables import Alert, AlertState, Job, JobStatus, TrainingStep, ValidationPoint, WorkerRecord, utcnow
+from service.store.tables import Alert, AlertState, Job, JobKind, JobStatus, TrainingStep, ValidationPoint, WorkerRecord, utcnow
 
 
 @dataclass(frozen=True)
@@ -29,10 +29,11 @@ class RunningAccuracy:
     best: float
 
 
-def job_counts(session: Session) -> dict[JobStatus, int]:
-    """Jobs per status, every status present (0 for none)."""
-    counts = dict(session.exec(select(Job.status, func.count()).group_by(Job.status)).all())
-    return {status: counts.get(status, 0) for status in JobStatus}
+def job_counts(session: Session) -> dict[tuple[JobKind, JobStatus], int]:
+    """Jobs per kind (training, evaluation) and status, every pair present (0 for none)."""
+    rows = session.exec(select(Job.kind, Job.status, func.count()).group_by(Job.kind, Job.status)).all()
+    counts = {(JobKind(kind), JobStatus(status)): n for kind, status, n in rows}
+    return {(kind, status): counts.get((kind, status), 0) for kind in JobKind for status in JobStatus}
 
 
 def training_steps(session: Session) -> int:

@@ -78,8 +78,9 @@ def test_metrics_count_what_the_store_holds(client, engine):
     seeding.worker(engine, "fresh", concurrency=1, running_jobs=1)
 
     found = samples(client)
-    jobs = {status.value: found[("artsvc_jobs", frozenset({("status", status.value)}))] for status in JobStatus}
+    jobs = {status.value: found[("artsvc_jobs", frozenset({("kind", "training"), ("status", status.value)}))] for status in JobStatus}
     assert jobs == {"queued": 2, "running": 1, "succeeded": 1, "failed": 0, "cancelled": 0}
+    assert found[("artsvc_jobs", frozenset({("kind", "evaluation"), ("status", "queued")}))] == 0
     assert found[("artsvc_training_steps_total", frozenset())] == 5
     assert found[("artsvc_validation_accuracy", frozenset({("job_id", running)}))] == 0.4  # the latest point
     assert found[("artsvc_best_validation_accuracy", frozenset({("job_id", running)}))] == 0.5

@@ -1,14 +1,13 @@
-"""``artsvc evaluate`` and ``artsvc compare`` as a user runs them: subprocesses against the real API on loopback,
-with the evaluation run the way a worker runs it and a baseline model served on loopback."""
+"""``artsvc evaluate`` and ``artsvc compare`` as a user runs them: subprocesses against the real API on loopback, whose
+in-process worker runs the evaluations against a baseline model served on loopback."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
 
-from service.evaluation.runner import run_evaluation
+from service.api.app import create_app
 from service.settings import Settings
 from tests.databases import sqlite_only
 from tests.service.api import seeding
@@ -23,18 +22,23 @@ def settings(database_url, tmp_path) -> Settings:
                        baseline_models=["openai/sloppy", "openai/oracle"], baseline_api_base=api_base)  # fmt: skip
 
 
+@pytest.fixture
+def app(settings, engine):
+    """The API with its in-process worker, as `artsvc serve` runs it: evaluations get run."""
+    return create_app(settings, engine=engine, run_worker=True)
+
+
 @sqlite_only
-def test_evaluate_queues_and_compare_gates_with_its_exit_code(live_server, engine, settings, tmp_path):
+def test_evaluate_queues_and_compare_gates_with_its_exit_code(live_server, engine, tmp_path):
     _, headers = seeding.principal(engine)
     env = {"ARTSVC_API_URL": live_server, "ARTSVC_TOKEN": headers["Authorization"].removeprefix("Bearer ")}
     ids = {}
     for model in ("sloppy", "oracle"):
         spec = tmp_path / f"{model}.json"
         spec.write_text(json.dumps({"model": {"litellm": f"openai/{model}"}, "environment": "math", "max_examples": 30}))
-        result = artsvc("evaluate", str(spec), cwd=tmp_path, **env)
+        result = artsvc("evaluate", str(spec), "--wait", cwd=tmp_path, **env)  # the server's worker runs it
         assert result.returncode == 0, result.stderr
         ids[model] = result.stdout.splitlines()[-1]
-        asyncio.run(run_evaluation(ids[model], db=engine, data_dir=settings.data_dir, settings=settings))
 
     accepted = artsvc("compare", ids["sloppy"], ids["oracle"], "--min-delta", "0.05", "--json", cwd=tmp_path, **env)
     assert accepted.returncode == 0, accepted.stderr
@@ -46,3 +50,18 @@ def test_evaluate_queues_and_compare_gates_with_its_exit_code(live_server, engin
     refused.write_text(json.dumps({"model": {"litellm": "openai/gpt-4o"}, "environment": "math"}))
     result = artsvc("evaluate", str(refused), cwd=tmp_path, **env)
     assert result.returncode == 2 and "not a baseline model this server allows" in said(result)
+
+
+@sqlite_only
+def test_evaluate_wait_follows_the_worker_to_the_summary(live_server, engine, tmp_path):
+    _, headers = seeding.principal(engine)
+    env = {"ARTSVC_API_URL": live_server, "ARTSVC_TOKEN": headers["Authorization"].removeprefix("Bearer ")}
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"model": {"litellm": "openai/sloppy"}, "environment": "math", "max_examples": 20, "n": 2}))
+    result = artsvc("evaluate", str(spec), "--wait", "--json", cwd=tmp_path, **env)
+    assert result.returncode == 0, result.stderr
+    evaluation = json.loads(result.stdout.splitlines()[-1])
+    assert evaluation["status"] == "succeeded" and evaluation["summary"]["examples"] == 20
+    shown = said(result)
+    assert "rollouts" in shown and "pass rate" in shown and "selection (best-of-N by reward)" in shown
+    assert "wrong_answer" in shown  # the failure table
