@@ -7,6 +7,7 @@ runs the promotion gate: best checkpoint against warm start (learning), and best
 checkpoint reproduces the job's own validation point example by example.
 
     python bench/selection.py [--seed 0] [extra artsvc train flags...]
+    python bench/selection.py --data-dir DIR --job JOB_ID    # evaluate a job trained before (no training)
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ from service.store import runs
 N = 8
 
 
-def evaluate(engine, settings: Settings, job_id: str, step: int, n: int) -> dict[str, Any]:
-    spec = EvaluationSpec.model_validate({"model": {"job_id": job_id, "step": step}, "n": n, "ks": sorted({1, 2, 4, n})})
+def evaluate(engine, settings: Settings, job: dict[str, Any], step: int, n: int) -> dict[str, Any]:
+    examples = job["spec"]["validation"]["max_examples"]  # the job's own validation examples
+    ks = sorted(k for k in {1, 2, 4, n} if k <= n)
+    spec = EvaluationSpec.model_validate({"model": {"job_id": job["id"], "step": step}, "n": n, "ks": ks, "max_examples": examples})
     with Session(engine) as session:
         evaluation = runs.create_evaluation(session, spec=spec, environment="math")
         session.commit()
@@ -55,39 +58,48 @@ def measured(engine, job_id: str, step: int) -> Measured:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data-dir", type=Path, help="The data directory of a job trained before (with --job).")
+    parser.add_argument("--job", help="Its id: evaluate it instead of training a new one.")
     args, extra = parser.parse_known_args()
-    with tempfile.TemporaryDirectory(prefix="artsvc-bench-") as data_dir:
-        env = {k: v for k, v in os.environ.items() if k != "ARTSVC_DATABASE_URL"} | {"ARTSVC_DATA_DIR": data_dir}
-        command = [sys.executable, "-m", "service", "train", "--env", "math", "--seed", str(args.seed), "--json", *extra]
+    command = [sys.executable, "-m", "service", "train", "--env", "math", "--seed", str(args.seed), "--json", *extra]
+    data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="artsvc-bench-"))  # kept: rerun with --data-dir --job
+    settings = Settings(_env_file=None, data_dir=data_dir, database_url=f"sqlite:///{data_dir}/artsvc.db")
+    train_s = None
+    if args.job is None:
+        env = {k: v for k, v in os.environ.items() if k != "ARTSVC_DATABASE_URL"} | {"ARTSVC_DATA_DIR": str(data_dir)}
         started = time.monotonic()
         completed = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True)
         if completed.returncode != 0:
             sys.exit(f"training failed ({completed.returncode}); its error is above")
-        train_s = time.monotonic() - started
-        job = json.loads(completed.stdout.strip().splitlines()[-1])
-        settings = Settings(_env_file=None, data_dir=Path(data_dir), database_url=f"sqlite:///{data_dir}/artsvc.db")
-        engine = store_db.make_engine(settings.resolved_database_url)
-        best = job["best_step"]
-        evaluations = {f"step{step}_n{n}": evaluate(engine, settings, job["id"], step, n) for step in (0, best) for n in (1, N)}
-        side = {name: measured(engine, e["id"], 0) for name, e in evaluations.items()}
-        job_at_best = measured(engine, job["id"], best)
-        same = sum(a.outcome == b.outcome and a.completion == b.completion
-                   for a, b in zip(job_at_best.results, side[f"step{best}_n1"].results))  # fmt: skip
-        verdicts = {
-            "learning: best vs warm start (n=1)": compare(side["step0_n1"], side[f"step{best}_n1"]),
-            f"selection: warm start best-of-{N} vs n=1": compare(side["step0_n1"], side[f"step0_n{N}"]),
-        }
-    result = {"machine": machine(), "command": " ".join(command[2:]), "train_wall_time_s": round(train_s, 1), "job": job,
+        train_s = round(time.monotonic() - started, 1)
+        print(f"trained in {data_dir}: rerun the evaluations with --data-dir {data_dir} --job ...", file=sys.stderr)
+    engine = store_db.make_engine(settings.resolved_database_url)
+    with Session(engine) as session:
+        row = runs.get_job(session, job_id=args.job or json.loads(completed.stdout.strip().splitlines()[-1])["id"])
+        job = {"id": row.id, "spec": row.spec, "best_step": row.best_step, "step": row.step, "stop_reason": row.stop_reason}
+    best = job["best_step"]
+    evaluations = {f"step{step}_n{n}": evaluate(engine, settings, job, step, n) for step in (0, best) for n in (1, N)}
+    side = {name: measured(engine, e["id"], 0) for name, e in evaluations.items()}
+    job_at_best = measured(engine, job["id"], best)
+    same = sum(a.outcome == b.outcome and a.completion == b.completion
+               for a, b in zip(job_at_best.results, side[f"step{best}_n1"].results))  # fmt: skip
+    verdicts = {
+        "learning: best vs warm start (n=1, min_delta 0.02)": compare(side["step0_n1"], side[f"step{best}_n1"], min_delta=0.02),
+        "best checkpoint evaluated vs the job's own validation": compare(job_at_best, side[f"step{best}_n1"]),
+        f"selection: warm start best-of-{N} vs n=1": compare(side["step0_n1"], side[f"step0_n{N}"]),
+    }
+    result = {"machine": machine(), "command": " ".join(command[2:]), "train_wall_time_s": train_s, "job": job,
               "evaluations": evaluations, "reproduced_examples": same, "examples": len(job_at_best.results),
               "verdicts": verdicts}  # fmt: skip
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "selection.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{result['command']} ({train_s / 60:.1f} min); {machine()}\n")
+    print(f"{result['command']} (trained in {train_s} s); {machine()}\n")
     print(f"| checkpoint | samples | pass@1 | pass@{N} | best-of-N pass rate (selection) | eval wall time |")
     print("| --- | --- | --- | --- | --- | --- |")
     for e in evaluations.values():
         s = e["summary"]
-        print(f"| step {e['step']} | {e['n']} | {s['pass_at_k']['1']:.3f} | {s['pass_at_k'].get(str(N), float('nan')):.3f} "
+        at_n = s["pass_at_k"].get(str(N))
+        print(f"| step {e['step']} | {e['n']} | {s['pass_at_k']['1']:.3f} | {'–' if at_n is None else f'{at_n:.3f}'} "
               f"| {s['pass_rate']:.3f} | {e['wall_time_s']:.1f} s |")  # fmt: skip
     print(f"\nn=1 evaluation of step {best} reproduces the job's validation on {same} of {result['examples']} examples\n")
     for name, v in verdicts.items():

@@ -12,6 +12,8 @@ from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("TQDM_DISABLE", "1")
+if os.environ.get("PYTEST_XDIST_WORKER"):  # one torch thread per test process (and the servers it starts): two
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # processes with two threads each on two cores only thrash
 
 import pytest
 from sqlalchemy import create_engine, text

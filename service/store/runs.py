@@ -31,6 +31,12 @@ from service.store.tables import (
 STEP_EVENT_KINDS = ("step", "validation", "alert")  # events that belong to a step and go when it is rolled back
 
 
+def _queue(session: Session, job: Job) -> Job:
+    session.add(job)
+    append_event(session, job_id=job.id, kind="queued", data={"environment": job.environment, "kind": job.kind})
+    return job
+
+
 def create_job(
     session: Session,
     *,
@@ -39,43 +45,19 @@ def create_job(
     idempotency_key: str | None = None,
     request_hash: str | None = None,
 ) -> Job:
-    job = Job(
-        id=str(uuid.uuid4()),
-        environment=spec.environment,
-        spec=spec.model_dump(mode="json"),
-        owner_id=owner_id,
-        idempotency_key=idempotency_key,
-        request_hash=request_hash,
-    )
-    session.add(job)
-    append_event(session, job_id=job.id, kind="queued", data={"environment": spec.environment})
-    return job
+    """A queued training job."""
+    spec_json = spec.model_dump(mode="json")
+    return _queue(session, Job(id=str(uuid.uuid4()), environment=spec.environment, spec=spec_json, owner_id=owner_id,
+                               idempotency_key=idempotency_key, request_hash=request_hash))  # fmt: skip
 
 
 def create_evaluation(
-    session: Session,
-    *,
-    spec: EvaluationSpec,
-    environment: str,
-    owner_id: str = LOCAL_OWNER,
-    parent_id: str | None = None,
-    idempotency_key: str | None = None,
-    request_hash: str | None = None,
+    session: Session, *, spec: EvaluationSpec, environment: str, owner_id: str = LOCAL_OWNER, parent_id: str | None = None
 ) -> Job:
     """A queued evaluation (``environment`` resolved: the spec may leave it to the evaluated job)."""
-    job = Job(
-        id=str(uuid.uuid4()),
-        kind=JobKind.evaluation,
-        environment=environment,
-        spec=spec.model_dump(mode="json"),
-        owner_id=owner_id,
-        parent_id=parent_id,
-        idempotency_key=idempotency_key,
-        request_hash=request_hash,
-    )
-    session.add(job)
-    append_event(session, job_id=job.id, kind="queued", data={"environment": environment, "kind": "evaluation"})
-    return job
+    spec_json = spec.model_dump(mode="json")
+    return _queue(session, Job(id=str(uuid.uuid4()), kind=JobKind.evaluation, environment=environment, spec=spec_json,
+                               owner_id=owner_id, parent_id=parent_id))  # fmt: skip
 
 
 def get_job(session: Session, *, job_id: str) -> Job | None:
