@@ -29,7 +29,7 @@ from service.settings import Settings
 from service.spec import CheckpointModel, EvaluationSpec, JobSpec
 from service.store import runs
 from service.store.events import append_event
-from service.store.tables import Job, JobStatus
+from service.store.tables import Job, JobStatus, StopReason
 from service.training.seeding import derive_seed
 
 CONCURRENCY = 32  # rollouts in flight at once: a provider's rate limit, not the embedded server, is the bound
@@ -50,22 +50,33 @@ def litellm_model(name: str, settings: Settings) -> art.Model:
                      inference_base_url=api_base, inference_api_key=key or "unset")  # fmt: skip
 
 
+class EvaluationCancelled(Exception):
+    """The evaluation was cancelled while it ran."""
+
+
 async def _sample_all(env: Environment, model: art.Model, rows: list[dict[str, Any]], *, split: str, n: int,
-                      temperature: float, seed: int, progress: Callable[[int], None]) -> list[list[art.Trajectory]]:  # fmt: skip
-    """``n`` rollouts per row, seeded per example and sample; sample 0 uses the row's validation seed."""
+                      temperature: float, seed: int, progress: Callable[[int], bool]) -> list[list[art.Trajectory]]:  # fmt: skip
+    """``n`` rollouts per row, seeded per example and sample; sample 0 uses the row's validation seed.
+    ``progress(done)`` returns False once the evaluation is cancelled: rollouts not yet started are not."""
     limit = asyncio.Semaphore(CONCURRENCY)
-    done = 0
+    done, going = 0, True
 
     async def one(row: dict[str, Any], i: int) -> art.Trajectory:
-        nonlocal done
+        nonlocal done, going
         parts = (seed, split, row["id"]) if i == 0 else (seed, split, row["id"], i)
         async with limit:
+            if not going:
+                raise EvaluationCancelled
             trajectory = await env.rollout(model, row, Sampling(temperature=temperature, seed=derive_seed(*parts)))
         done += 1
-        progress(done)
+        going = going and progress(done)
         return trajectory
 
-    return list(await asyncio.gather(*(asyncio.gather(*(one(row, i) for i in range(n))) for row in rows)))
+    results = await asyncio.gather(*(one(row, i) for row in rows for i in range(n)), return_exceptions=True)
+    failures = [r for r in results if isinstance(r, BaseException)]
+    if failures:  # a cancel, or the first rollout that raised
+        raise next((f for f in failures if isinstance(f, EvaluationCancelled)), failures[0])
+    return [list(results[k * n : (k + 1) * n]) for k in range(len(rows))]
 
 
 def _candidates(env: Environment, trajectories: list[art.Trajectory]) -> list[Candidate]:
@@ -77,7 +88,7 @@ def _candidates(env: Environment, trajectories: list[art.Trajectory]) -> list[Ca
 
 
 async def measure(
-    spec: EvaluationSpec, resolved: Resolved, model: art.Model, progress: Callable[[int, int], None]
+    spec: EvaluationSpec, resolved: Resolved, model: art.Model, progress: Callable[[int, int], bool]
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Sample, select and summarise: the evaluation's summary and its per-example rows."""
     started = time.monotonic()
@@ -122,13 +133,16 @@ async def evaluate_into(job_id: str, spec: EvaluationSpec, *, db: Engine, data_d
     backend: art.Backend | None = None
     marks = set()
 
-    def progress(done: int, total: int) -> None:
+    def progress(done: int, total: int) -> bool:
+        """Record each tenth of the rollouts; False once a cancel was asked for (read at those marks)."""
         mark = done * PROGRESS_EVENTS // max(1, total)
-        if mark not in marks:
-            marks.add(mark)
-            with Session(db) as session:
-                append_event(session, job_id=job_id, kind="progress", data={"done": done, "total": total})
-                session.commit()
+        if mark in marks:
+            return True
+        marks.add(mark)
+        with Session(db) as session:
+            append_event(session, job_id=job_id, kind="progress", data={"done": done, "total": total})
+            session.commit()
+            return not runs.get_job(session, job_id=job_id).cancel_requested
 
     try:
         with Session(db, expire_on_commit=False) as session:
@@ -157,6 +171,13 @@ async def evaluate_into(job_id: str, spec: EvaluationSpec, *, db: Engine, data_d
             runs.record_example_results(session, job=job, step=0, rows=results)
             job.summary = summary
             runs.finish_job(session, job=job, status=JobStatus.succeeded, stop_reason=None)
+            session.commit()
+            session.refresh(job)
+            return job
+    except EvaluationCancelled:
+        with Session(db, expire_on_commit=False) as session:
+            job = runs.get_job(session, job_id=job_id)
+            runs.finish_job(session, job=job, status=JobStatus.cancelled, stop_reason=StopReason.cancelled)
             session.commit()
             session.refresh(job)
             return job

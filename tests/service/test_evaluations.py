@@ -17,6 +17,7 @@ from service.evaluation.runner import run_evaluation
 from service.settings import Settings
 from service.spec import EvaluationSpec
 from service.store import runs
+from service.store.events import events_after
 from service.store.tables import Job, JobStatus
 from tests.databases import sqlite_only
 from tests.service.policy_server import policy_server
@@ -177,3 +178,27 @@ def test_a_job_that_names_a_baseline_measures_it_first_and_stops_once_it_beats_i
     verdict = compare(measured(engine, baseline), job_side)
     assert verdict["comparable"], verdict["reasons"]  # the baseline was measured on the job's own validation examples
     assert verdict["baseline"]["examples"] == verdict["candidate"]["examples"] == 10
+
+
+@sqlite_only
+def test_a_cancelled_evaluation_stops_within_a_tenth_of_its_rollouts_and_records_no_results(engine, settings):
+    from service.store import jobs
+
+    evaluation = EvaluationSpec.model_validate({"model": {"litellm": "openai/sloppy"}, "environment": "math", "max_examples": 100})
+    with Session(engine) as session:
+        job = runs.create_evaluation(session, spec=evaluation, environment="math")
+        session.commit()
+        job_id = job.id
+    with Session(engine) as session:  # asked for before the worker's first progress mark reads it
+        job = runs.get_job(session, job_id=job_id)
+        job.status = JobStatus.running
+        session.add(job)
+        session.commit()
+        jobs.request_cancel(session, job=job, requested_by="test")
+        session.commit()
+    ended = asyncio.run(run_evaluation(job_id, db=engine, data_dir=settings.data_dir, settings=settings))
+    assert ended.status == JobStatus.cancelled and ended.stop_reason.value == "cancelled" and ended.summary is None
+    with Session(engine) as session:
+        assert runs.example_results(session, job_id=job_id, step=0) == []
+        progress = [e.data for e in events_after(session, job_id=job_id) if e.kind == "progress"]
+    assert progress and max(p["done"] for p in progress) < progress[0]["total"] == 100  # stopped early

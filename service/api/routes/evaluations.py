@@ -68,6 +68,22 @@ def get_evaluation(evaluation_id: str, session: SessionDep, caller: CallerDep) -
     return EvaluationPublic.model_validate(visible_job(session, caller=caller, job_id=evaluation_id, kind=JobKind.evaluation))
 
 
+@router.post(
+    "/evaluations/{evaluation_id}/cancel",
+    responses={409: {"model": ErrorBody, "description": "The evaluation already ended."}},
+)
+def cancel_evaluation(evaluation_id: str, session: SessionDep, caller: CallerDep) -> EvaluationPublic:
+    """Cancel an evaluation: a queued one ends at once, a running one within a tenth of its rollouts; it records
+    no results."""
+    job = visible_job(session, caller=caller, job_id=evaluation_id, kind=JobKind.evaluation)
+    try:
+        jobs.request_cancel(session, job=job, requested_by=caller.id)
+    except jobs.JobEnded as exc:
+        raise HTTPException(409, str(exc).replace("job", "evaluation", 1)) from None
+    session.commit()
+    return EvaluationPublic.model_validate(job)
+
+
 @router.get("/evaluations/{evaluation_id}/results")
 def get_evaluation_results(
     evaluation_id: str,

@@ -79,6 +79,12 @@ def test_evaluation_requests_are_checked_before_they_are_queued(client, engine, 
     _, stranger = principal(engine, Role.client, name="stranger")
     assert client.post("/v1/evaluations", json={"model": {"job_id": running}}, headers=stranger).status_code == 404
     assert client.get(f"/v1/evaluations/{running}", headers=headers).status_code == 404  # a training job is no evaluation
+    queued = accepted.json()["id"]
+    cancelled = client.post(f"/v1/evaluations/{queued}/cancel", headers=headers)
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+    again = client.post(f"/v1/evaluations/{queued}/cancel", headers=headers)
+    assert again.status_code == 409 and "evaluation" in again.json()["detail"]
+    assert client.post(f"/v1/evaluations/{queued}/cancel", headers=stranger).status_code == 404
 
 
 @sqlite_only
