@@ -14,8 +14,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.json_server import json_server
 
 TRAJECTORY = re.compile(r'<trajectory id="(\d+)">\n(.*?)\n</trajectory>', re.DOTALL)
 
@@ -86,45 +87,21 @@ def judge_server(script: list[Behaviour] | None = None, scorer: Scorer = answers
     state = JudgeServer("", list(script or []), [], [scorer])
     lock = threading.Lock()
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    def answer(request: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        with lock:
+            state.requests.append(request)
+            behaviour = state.script.pop(0) if state.script else Behaviour()
+            state.in_flight += 1
+            state.most_in_flight = max(state.most_in_flight, state.in_flight)
+        time.sleep(behaviour.delay_s)
+        with lock:
+            state.in_flight -= 1
+        if behaviour.status != 200:
+            return behaviour.status, {"error": {"message": f"scripted {behaviour.status}", "type": "test"}}, behaviour.headers
+        # a well-formed completion, carrying a verdict or the scripted (broken) content
+        content = behaviour.body if behaviour.body is not None else _verdict(request, state.scorer[0], behaviour.scores)
+        return 200, _completion(request, content), behaviour.headers
 
-        def log_message(self, *_: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:  # noqa: N802 -- http.server's name
-            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            with lock:
-                state.requests.append(request)
-                behaviour = state.script.pop(0) if state.script else Behaviour()
-                state.in_flight += 1
-                state.most_in_flight = max(state.most_in_flight, state.in_flight)
-            time.sleep(behaviour.delay_s)
-            with lock:
-                state.in_flight -= 1
-            if behaviour.status != 200:
-                body = json.dumps({"error": {"message": f"scripted {behaviour.status}", "type": "test"}}).encode()
-            else:  # a well-formed completion, carrying a verdict or the scripted (broken) content
-                content = behaviour.body if behaviour.body is not None else _verdict(request, state.scorer[0], behaviour.scores)
-                body = json.dumps(_completion(request, content)).encode()
-            try:
-                self.send_response(behaviour.status)
-                for name, value in {"Content-Type": "application/json", **behaviour.headers}.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-            except (BrokenPipeError, ConnectionResetError):  # the client gave up waiting: that is the point
-                pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with json_server(answer) as url:
+        state.url = url
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-

@@ -12,12 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.json_server import json_server
 
 
 def _bucket(*parts: Any, modulo: int) -> int:
@@ -42,32 +42,13 @@ def reply(model: str, question: str, seed: int | None) -> str:
 def policy_server() -> Iterator[str]:
     """Serve the baseline models in a thread; yields the API base (``http://127.0.0.1:PORT/v1``)."""
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    def answer(request: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        question = next(m["content"] for m in request["messages"] if m["role"] == "user")
+        content = reply(request["model"], question, request.get("seed"))
+        return 200, {
+            "id": "chatcmpl-policy", "object": "chat.completion", "created": int(time.time()), "model": request["model"],
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+        }, {}  # fmt: skip
 
-        def log_message(self, *_: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:  # noqa: N802 -- http.server's name
-            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            question = next(m["content"] for m in request["messages"] if m["role"] == "user")
-            content = reply(request["model"], question, request.get("seed"))
-            body = json.dumps({
-                "id": "chatcmpl-policy", "object": "chat.completion", "created": int(time.time()), "model": request["model"],
-                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
-            }).encode()  # fmt: skip
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with json_server(answer) as url:
+        yield f"{url}/v1"
