@@ -202,3 +202,40 @@ def test_a_cancelled_evaluation_stops_within_a_tenth_of_its_rollouts_and_records
         assert runs.example_results(session, job_id=job_id, step=0) == []
         progress = [e.data for e in events_after(session, job_id=job_id) if e.kind == "progress"]
     assert progress and max(p["done"] for p in progress) < progress[0]["total"] == 100  # stopped early
+
+
+@sqlite_only
+def test_two_training_runs_one_with_a_changed_val_answer_are_rejected_with_the_fingerprint_named(
+    engine, settings, tmp_path, monkeypatch
+):
+    from service.spec import JobSpec
+    from service.training.loop import run_job
+
+    spec = JobSpec.model_validate({
+        "environment": "math", "model": {"base_model": "embedded/char-gpt-0.2m"},
+        "training": {"warm_start_examples": 0, "max_steps": 1, "groups_per_step": 2, "group_size": 2},
+        "validation": {"max_examples": 10, "every_n_steps": 1},
+    })  # fmt: skip
+
+    def train() -> Measured:
+        with Session(engine) as session:
+            job = runs.create_job(session, spec=spec)
+            session.commit()
+            job_id = job.id
+        ended = asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / job_id, settings=settings))
+        with Session(engine) as session:
+            return Measured(job_id, ended.kind, ended.best_step, ended.manifest,
+                            runs.example_results(session, job_id=job_id, step=ended.best_step))  # fmt: skip
+
+    original = train()
+    again = compare(original, train())
+    assert again["comparable"] and again["overall"]["delta"] == 0.0  # the same run again: comparable, and equal
+    tampered = tmp_path / "math-tampered"
+    shutil.copytree(MathEnvironment.scenario_dir, tampered)
+    rows = [json.loads(line) for line in (tampered / "val.jsonl").read_text().splitlines()]
+    rows[0]["expected_answer"] += 1
+    (tampered / "val.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    monkeypatch.setattr(MathEnvironment, "scenario_dir", tampered)
+    verdict = compare(original, train())
+    assert verdict["decision"] == "REJECT"
+    assert [d["field"] for d in verdict["differences"]] == ["locked.split_fingerprint"]
