@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import math
 import threading
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,6 +28,7 @@ from service.store.tables import Job
 FIGSIZE_IN = (10.0, 12.0)  # fixed size and dpi: the same numbers give the same bytes
 DPI = 100
 MARKERS_UP_TO = 60  # points a line shows as markers too, so a lone value between gaps stays visible
+SAME_STEP_GAP = 0.006  # of the x range, between the lines of alerts that fired at one step
 ALERT_GID = "alert"  # every alert line carries this gid, so tests can count them without reading pixels
 KIND_COLOURS = dict(zip(KINDS, ("#d62728", "#9467bd", "#ff7f0e", "#e377c2", "#17becf", "#bcbd22", "#8c564b")))
 OTHER_COLOURS = ("#7f7f7f", "#000000", "#aec7e8", "#98df8a")  # kinds the rules do not name yet, in name order
@@ -133,15 +135,22 @@ def _line(
 
 
 def _mark_alerts(figure: Figure, axes: Sequence[Any], alerts: Sequence[Row]) -> None:
-    """A vertical line at each alert's step on every panel, and one legend entry per kind present."""
+    """A vertical line at each alert's step on every panel, and one legend entry per kind present. Alerts of one
+    step are drawn side by side, a hair apart, so one does not hide another (plateau and divergence often coincide)."""
     present = {alert["kind"] for alert in alerts}
     others = sorted(present - set(KINDS))
     kinds = [kind for kind in KINDS if kind in present] + others
     colours = KIND_COLOURS | {kind: OTHER_COLOURS[i % len(OTHER_COLOURS)] for i, kind in enumerate(others)}
     handles = {}
+    low, high = axes[0].get_xlim()
+    at_step = Counter(alert["step"] for alert in alerts)
+    seen: Counter[int] = Counter()
     for alert in alerts:
+        step = alert["step"]
+        x = step + (seen[step] - (at_step[step] - 1) / 2) * SAME_STEP_GAP * (high - low)
+        seen[step] += 1
         for ax in axes:
-            line = ax.axvline(alert["step"], color=colours[alert["kind"]], linestyle="--", linewidth=1.2, alpha=0.8)
+            line = ax.axvline(x, color=colours[alert["kind"]], linestyle="--", linewidth=1.2, alpha=0.8)
             line.set_gid(ALERT_GID)
             handles.setdefault(alert["kind"], line)
     if handles:

@@ -119,3 +119,11 @@ def test_numbers_that_are_not_finite_are_gaps_not_errors(bad):
     (line,) = build_figure(steps, [], []).axes[0].get_lines()
     assert math.isnan(line.get_ydata()[1])
     assert render_curves(steps, [], []).startswith(PNG_SIGNATURE)
+
+
+def test_alerts_of_one_step_are_drawn_side_by_side_around_it():
+    together = [{"id": 1, "kind": "plateau", "step": 4, "message": "flat"}, {"id": 2, "kind": "divergence", "step": 4,
+                "message": "val down, reward up"}]  # fmt: skip
+    figure = build_figure(STEPS, VALIDATION, together)
+    xs = sorted({line.get_xdata()[0] for line in alert_lines(figure)})
+    assert len(xs) == 2 and xs[0] < 4 < xs[1] and abs(sum(xs) / 2 - 4) < 1e-9 and xs[1] - xs[0] < 0.5
