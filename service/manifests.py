@@ -63,7 +63,7 @@ def measurement(
         "scorer": env.scorer_name,
         "scorer_version": env.scorer_version,
         "split": split,
-        "split_fingerprint": env.fingerprints().get(split),
+        "split_fingerprint": None,  # filled by build(), which reads the fingerprints once
         "examples": len(rows),
         "prompt_hash": prompt_hash(env, rows),
         "temperature": temperature,
@@ -76,11 +76,13 @@ def build(*, kind: str, env: Environment, environment_args: dict[str, Any], lock
           model: dict[str, Any], seed: int, judge: dict[str, Any] | None = None,
           sampling: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     """A whole manifest; ``locked`` comes from :func:`measurement`."""
+    fingerprints = env.fingerprints()
     return {
         "manifest_version": MANIFEST_VERSION,
         "kind": kind,
-        "locked": {**locked, "environment_args": dict(sorted(environment_args.items()))},
-        "fingerprints": env.fingerprints(),
+        "locked": {**locked, "split_fingerprint": fingerprints.get(locked["split"]),
+                   "environment_args": dict(sorted(environment_args.items()))},  # fmt: skip
+        "fingerprints": fingerprints,
         "model": model,
         "judge": judge,
         "sampling": sampling or {},

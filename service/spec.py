@@ -168,6 +168,8 @@ class JobSpec(_Section):
     def _base_model_for_gpu_backends(self) -> JobSpec:
         if self.model.backend != "embedded" and self.model.base_model is None:
             raise ValueError(f"model.base_model is required for the {self.model.backend} backend (a Hugging Face model id)")
+        if self.reward.mode == "ruler" and self.validation.baseline_model is not None:
+            raise ValueError("validation.baseline_model needs ground-truth validation; ruler mode has none (use hybrid)")
         for key, value in self.environment_args.items():
             if len(key) > 64 or (isinstance(value, str) and len(value) > 1024):
                 raise ValueError(f"environment_args: {key[:64]!r} is too long (keys up to 64, strings up to 1024 characters)")

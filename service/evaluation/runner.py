@@ -98,14 +98,15 @@ async def measure(
     sampled = await _sample_all(env, model, rows, split=spec.split, n=spec.n, temperature=resolved.temperature,
                                 seed=resolved.seed, progress=lambda done: progress(done, total))  # fmt: skip
     ks = sorted(set(spec.ks if spec.ks is not None else (1, spec.n)))
-    report = select([_candidates(env, trajectories) for trajectories in sampled], ks=ks)
+    candidates = [_candidates(env, trajectories) for trajectories in sampled]
+    report = select(candidates, ks=ks)
     results = []
-    for position, (row, trajectories, chosen) in enumerate(zip(rows, sampled, report.selected)):
+    for position, (row, trajectories, options, chosen) in enumerate(zip(rows, sampled, candidates, report.selected)):
         result = example_row(env, trajectories[chosen.index], position=position, scenario_id=str(row["id"]))
-        result["samples"], result["correct_samples"] = spec.n, sum(env.is_correct(t) for t in trajectories)
+        result["samples"], result["correct_samples"] = spec.n, sum(c.correct for c in options)
         if spec.n > 1:
             result["details"]["candidates"] = [{"index": c.index, "reward": c.reward, "correct": c.correct,
-                                                "sum_logprob": c.sum_logprob} for c in _candidates(env, trajectories)]  # fmt: skip
+                                                "sum_logprob": c.sum_logprob} for c in options]  # fmt: skip
         results.append(result)
     tokens = [completion_tokens(t) for trajectories in sampled for t in trajectories]
     summary = {

@@ -194,7 +194,12 @@ JUDGE_TOTALS = ("judge_responses", "judge_prompt_tokens", "judge_completion_toke
 def judge_totals(session: Session, *, job_id: str) -> dict[str, float] | None:
     """A job's judge account (service/training/judging.py writes it into each step's metrics), summed over
     its steps; None if no step was judged."""
-    judged = [s.metrics for s in steps(session, job_id=job_id) if "judge_groups" in s.metrics]
+    return judge_totals_of(steps(session, job_id=job_id))
+
+
+def judge_totals_of(recorded: list[TrainingStep]) -> dict[str, float] | None:
+    """:func:`judge_totals` of step rows already read."""
+    judged = [s.metrics for s in recorded if "judge_groups" in s.metrics]
     if not judged:
         return None
     return {key: sum(float(m.get(key) or 0.0) for m in judged) for key in JUDGE_TOTALS}
@@ -203,9 +208,12 @@ def judge_totals(session: Session, *, job_id: str) -> dict[str, float] | None:
 def cost_totals(session: Session, *, job_id: str) -> dict[str, Any]:
     """What a training job has spent so far: tokens its policy generated (training rollouts, validation's
     sampled and greedy passes), its judge's tokens and dollars, and wall time per phase."""
-    recorded = steps(session, job_id=job_id)
-    points = validation_points(session, job_id=job_id)
-    judge = judge_totals(session, job_id=job_id) or {}
+    return cost_of(steps(session, job_id=job_id), validation_points(session, job_id=job_id))
+
+
+def cost_of(recorded: list[TrainingStep], points: list[ValidationPoint]) -> dict[str, Any]:
+    """:func:`cost_totals` of rows already read."""
+    judge = judge_totals_of(recorded) or {}
 
     def summed(key: str) -> float:
         return sum(float(s.metrics.get(key) or 0.0) for s in recorded)

@@ -21,10 +21,9 @@ from sqlmodel import Session
 
 import environments
 from environments.base import Environment, Sampling
+from service import manifests
 from service.alerts import check_alerts
 from service.backends import make_backend
-from service import manifests
-from service.manifests import base_model_for
 from service.evaluation.results import completion_tokens, example_row
 from service.evaluation.runner import evaluate_into
 from service.settings import Settings, get_settings
@@ -400,7 +399,7 @@ def model_for(job_id: str, spec: JobSpec, env: Environment, data_dir: Path) -> a
     return art.TrainableModel(
         name=f"{spec.model.name}-{job_id[:8]}",
         project="artsvc",
-        base_model=base_model_for(spec, env),
+        base_model=manifests.base_model_for(spec, env),
         base_path=str(data_dir / "art"),
     )
 

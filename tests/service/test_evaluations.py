@@ -239,3 +239,11 @@ def test_two_training_runs_one_with_a_changed_val_answer_are_rejected_with_the_f
     verdict = compare(original, train())
     assert verdict["decision"] == "REJECT"
     assert [d["field"] for d in verdict["differences"]] == ["locked.split_fingerprint"]
+
+
+def test_a_ruler_job_cannot_name_a_baseline_it_could_not_be_compared_with():
+    from service.spec import JobSpec
+
+    with pytest.raises(ValueError, match="ruler mode has none"):
+        JobSpec.model_validate({"environment": "math", "reward": {"mode": "ruler", "judge_model": "openai/judge"},
+                                "validation": {"baseline_model": "openai/oracle"}})  # fmt: skip

@@ -121,12 +121,13 @@ def cancel_job(job_id: str, session: SessionDep, caller: CallerDep) -> JobPublic
 def get_metrics(job_id: str, session: SessionDep, caller: CallerDep) -> MetricsPublic:
     """Every training step's metrics and every validation point, in step order."""
     job = visible_job(session, caller=caller, job_id=job_id)
-    totals = runs.judge_totals(session, job_id=job.id)
+    recorded, points = runs.steps(session, job_id=job.id), runs.validation_points(session, job_id=job.id)
+    totals = runs.judge_totals_of(recorded)
     return MetricsPublic(
-        steps=[StepPublic.model_validate(row) for row in runs.steps(session, job_id=job.id)],
-        validation=[ValidationPublic.model_validate(row) for row in runs.validation_points(session, job_id=job.id)],
+        steps=[StepPublic.model_validate(row) for row in recorded],
+        validation=[ValidationPublic.model_validate(row) for row in points],
         judge=JudgeTotals(**totals) if totals else None,
-        cost=CostPublic(**runs.cost_totals(session, job_id=job.id)),
+        cost=CostPublic(**runs.cost_of(recorded, points)),
     )
 
 
