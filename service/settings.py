@@ -70,7 +70,64 @@ class Settings(BaseSettings):
     )
     baseline_api_key: SecretStr | None = Field(None, description="Key for baseline_api_base; unset, the provider's variable.")
 
-    @field_validator("judge_models", "baseline_models", mode="before")
+    # Tenants (issue 13): what one client token may ask of this server. Operators' tokens are bound only by the
+    # per-job limits. Each refusal is a 429 or 422 naming the setting.
+    tenant_max_queued_jobs: int = Field(
+        20, ge=0, le=100_000, description="Queued jobs and evaluations one client may have waiting at once (429 beyond)."
+    )
+    tenant_max_running_jobs: int = Field(
+        2, ge=1, le=10_000, description="Jobs of one client that workers run at once; the rest wait in the queue."
+    )
+    max_steps_per_job: int = Field(10_000, ge=1, le=100_000, description="Largest training.max_steps a job may ask for.")
+    max_rollouts_per_job: int = Field(
+        2_000_000, ge=1, le=10**9, description="Largest max_steps x groups_per_step x group_size a job may ask for."
+    )
+    client_backends: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["embedded"],
+        description="Backends client tokens may name, comma-separated (serverless spends the operator's credentials).",
+    )
+    client_base_models: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Base models client tokens may name beyond the environment's default, comma-separated; '*': any.",
+    )
+    max_attempts: int = Field(
+        3, ge=1, le=100, description="Claims of one job before it fails: a job that kills its worker is not retried forever."
+    )
+
+    # Code graders run only what the operator registered (entry-point group artsvc.graders, or this list).
+    grader_functions: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="'module:function' python graders jobs may name, comma-separated, besides the artsvc.graders entry points.",
+    )
+    grader_memory_mb: int = Field(512, ge=64, le=65_536, description="Address-space limit of one python-grader process.")
+    grader_processes: int = Field(4, ge=1, le=64, description="Python-grader processes one worker runs at once.")
+
+    # Connections and overload: the pool, the request threads and the streams are sized together.
+    db_pool_size: int = Field(10, ge=1, le=1_000, description="Database connections the API keeps open.")
+    db_max_overflow: int = Field(10, ge=0, le=1_000, description="Connections the API may open beyond db_pool_size.")
+    db_pool_timeout_s: float = Field(
+        2.0, gt=0, le=60, description="Longest wait for a free connection before the request is answered 503."
+    )
+    max_concurrent_requests: int = Field(
+        64, ge=1, le=10_000, description="Requests the API works on at once; beyond, 503 with Retry-After at once."
+    )
+    max_event_streams: int = Field(256, ge=1, le=100_000, description="Live event streams the API serves at once (503 beyond).")
+    max_event_streams_per_tenant: int = Field(
+        32, ge=1, le=100_000, description="Live event streams one caller may hold open at once (429 beyond)."
+    )
+
+    # Browser sessions and operator endpoints.
+    session_ttl_s: int = Field(8 * 3600, ge=60, le=30 * 24 * 3600, description="How long a dashboard login lasts.")
+    cookie_secure: bool = Field(
+        False, description="Mark the dashboard's session cookie Secure (set it when a TLS proxy is in front)."
+    )
+    metrics_token: SecretStr | None = Field(
+        None, description="Bearer token Prometheus sends to /metrics (operator tokens work too); unset, operators only."
+    )
+
+    @field_validator(
+        "judge_models", "baseline_models", "client_backends", "client_base_models", "grader_functions", mode="before"
+    )
     @classmethod
     def _split_models(cls, value: object) -> object:
         if isinstance(value, str):
