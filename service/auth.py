@@ -20,6 +20,7 @@ from sqlmodel import Session, col, delete, select
 from service.store.tables import LOCAL_OWNER, ApiToken, BrowserSession, Role, utcnow
 
 TOKEN_PREFIX = "artsvc_"
+SESSIONS_PER_TOKEN = 16  # live dashboard logins one token may hold; a new login beyond ends the oldest
 
 
 @dataclass(frozen=True)
@@ -51,20 +52,22 @@ def create_token(session: Session, *, role: Role, name: str) -> tuple[ApiToken, 
 
 def authenticate(session: Session, *, token: str) -> Principal | None:
     """The principal of a live token, or None for an unknown or revoked one."""
-    row = session.exec(select(ApiToken).where(ApiToken.token_hash == hash_token(token))).first()
-    if row is None or row.revoked_at is not None:
-        return None
-    return Principal(id=row.id, role=row.role)
+    row = _live_token(session, token=token)
+    return None if row is None else Principal(id=row.id, role=row.role)
 
 
 def create_browser_session(session: Session, *, token: str, ttl_s: int) -> tuple[BrowserSession, str] | None:
     """A session of a live token lasting ``ttl_s`` seconds and the secret for the browser's cookie (never stored);
-    None for an unknown or revoked token. Sessions that have expired are deleted on the way."""
-    row = session.exec(select(ApiToken).where(ApiToken.token_hash == hash_token(token))).first()
-    if row is None or row.revoked_at is not None:
+    None for an unknown or revoked token. Expired sessions are deleted on the way, and so are the token's oldest
+    beyond ``SESSIONS_PER_TOKEN``: logging in again and again cannot grow the table."""
+    row = _live_token(session, token=token)
+    if row is None:
         return None
     now = utcnow()
     session.exec(delete(BrowserSession).where(col(BrowserSession.expires_at) < now))
+    newest_first = select(BrowserSession.id).where(BrowserSession.token_id == row.id)
+    oldest = newest_first.order_by(col(BrowserSession.created_at).desc()).offset(SESSIONS_PER_TOKEN - 1)
+    session.exec(delete(BrowserSession).where(col(BrowserSession.id).in_(session.exec(oldest).all())))
     secret = secrets.token_urlsafe(32)
     login = BrowserSession(id=str(uuid.uuid4()), secret_hash=hash_token(secret), token_id=row.id, created_at=now,
                            expires_at=now + timedelta(seconds=ttl_s))  # fmt: skip
@@ -91,3 +94,8 @@ def revoke_browser_session(session: Session, *, secret: str) -> None:
     if login is not None and login.revoked_at is None:
         login.revoked_at = utcnow()
         session.add(login)
+
+
+def _live_token(session: Session, *, token: str) -> ApiToken | None:
+    row = session.exec(select(ApiToken).where(ApiToken.token_hash == hash_token(token))).first()
+    return None if row is None or row.revoked_at is not None else row

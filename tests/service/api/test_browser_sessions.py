@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
 from service.api.app import create_app
+from service.auth import SESSIONS_PER_TOKEN
 from service.store.tables import ApiToken, BrowserSession, utcnow
 from tests.databases import sqlite_only
 from tests.service.api import seeding
@@ -117,3 +118,16 @@ def test_the_session_lasts_as_long_as_configured(engine, settings, owner):
         assert "Max-Age=600" in log_in(client, owner[1]).headers["set-cookie"]
     [row] = stored(engine)
     assert row.expires_at - row.created_at == timedelta(seconds=600)
+
+
+def test_logging_in_again_and_again_keeps_only_the_newest_sessions(client, engine, owner):
+    cookies = []
+    for _ in range(SESSIONS_PER_TOKEN + 4):
+        log_in(client, owner[1])
+        cookies.append(client.cookies["artsvc_session"])
+        client.cookies.clear()
+    assert len(stored(engine)) == SESSIONS_PER_TOKEN
+    for cookie, expected in ((cookies[0], 401), (cookies[3], 401), (cookies[4], 200), (cookies[-1], 200)):
+        client.cookies.set("artsvc_session", cookie)
+        assert client.get("/v1/jobs").status_code == expected
+        client.cookies.clear()
