@@ -1,7 +1,10 @@
-"""Bearer tokens: made by ``artsvc token create``, stored as sha256 hashes, resolved per request.
+"""Bearer tokens and the dashboard's browser sessions: stored as sha256 hashes, resolved per request.
 
-A token is 32 random bytes, url-safe; only its sha256 hex digest is stored, so a leaked
-database does not leak credentials. Lookup is by digest (unique index), one query a request.
+A token (made by ``artsvc token create``) is 32 random bytes, url-safe; only its sha256 hex digest is
+stored, so a leaked database does not leak credentials. Lookup is by digest (unique index), one query a
+request. A browser never holds the token: logging in to the dashboard makes a session whose random
+secret goes into the cookie and stands for the token until it expires, is logged out, or the token is
+revoked.
 """
 
 from __future__ import annotations
@@ -10,12 +13,14 @@ import hashlib
 import secrets
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 
-from sqlmodel import Session, select
+from sqlmodel import Session, col, delete, select
 
-from service.store.tables import LOCAL_OWNER, ApiToken, Role
+from service.store.tables import LOCAL_OWNER, ApiToken, BrowserSession, Role, utcnow
 
 TOKEN_PREFIX = "artsvc_"
+SESSIONS_PER_TOKEN = 16  # live dashboard logins one token may hold; a new login beyond ends the oldest
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,50 @@ def create_token(session: Session, *, role: Role, name: str) -> tuple[ApiToken, 
 
 def authenticate(session: Session, *, token: str) -> Principal | None:
     """The principal of a live token, or None for an unknown or revoked one."""
-    row = session.exec(select(ApiToken).where(ApiToken.token_hash == hash_token(token))).first()
-    if row is None or row.revoked_at is not None:
+    row = _live_token(session, token=token)
+    return None if row is None else Principal(id=row.id, role=row.role)
+
+
+def create_browser_session(session: Session, *, token: str, ttl_s: int) -> tuple[BrowserSession, str] | None:
+    """A session of a live token lasting ``ttl_s`` seconds and the secret for the browser's cookie (never stored);
+    None for an unknown or revoked token. Expired sessions are deleted on the way, and so are the token's oldest
+    beyond ``SESSIONS_PER_TOKEN``: logging in again and again cannot grow the table."""
+    row = _live_token(session, token=token)
+    if row is None:
         return None
-    return Principal(id=row.id, role=row.role)
+    now = utcnow()
+    session.exec(delete(BrowserSession).where(col(BrowserSession.expires_at) < now))
+    newest_first = select(BrowserSession.id).where(BrowserSession.token_id == row.id)
+    oldest = newest_first.order_by(col(BrowserSession.created_at).desc()).offset(SESSIONS_PER_TOKEN - 1)
+    session.exec(delete(BrowserSession).where(col(BrowserSession.id).in_(session.exec(oldest).all())))
+    secret = secrets.token_urlsafe(32)
+    login = BrowserSession(id=str(uuid.uuid4()), secret_hash=hash_token(secret), token_id=row.id, created_at=now,
+                           expires_at=now + timedelta(seconds=ttl_s))  # fmt: skip
+    session.add(login)
+    return login, secret
+
+
+def authenticate_browser_session(session: Session, *, secret: str) -> Principal | None:
+    """The principal behind a session secret, or None when the session is unknown, expired or logged out, or its
+    token was revoked."""
+    query = select(BrowserSession, ApiToken).join(ApiToken, col(ApiToken.id) == col(BrowserSession.token_id))
+    found = session.exec(query.where(BrowserSession.secret_hash == hash_token(secret))).first()
+    if found is None:
+        return None
+    login, token = found
+    if login.revoked_at is not None or login.expires_at <= utcnow() or token.revoked_at is not None:
+        return None
+    return Principal(id=token.id, role=token.role)
+
+
+def revoke_browser_session(session: Session, *, secret: str) -> None:
+    """Log a session out for good: its secret is refused from now on, even if the browser kept it."""
+    login = session.exec(select(BrowserSession).where(BrowserSession.secret_hash == hash_token(secret))).first()
+    if login is not None and login.revoked_at is None:
+        login.revoked_at = utcnow()
+        session.add(login)
+
+
+def _live_token(session: Session, *, token: str) -> ApiToken | None:
+    row = session.exec(select(ApiToken).where(ApiToken.token_hash == hash_token(token))).first()
+    return None if row is None or row.revoked_at is not None else row

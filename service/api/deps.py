@@ -15,13 +15,13 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from service.api.browser_auth import SESSION_COOKIE, cookie_caller
 from service.auth import LOCAL_PRINCIPAL, Principal, authenticate
 from service.settings import Settings
 from service.store import runs
 from service.store.tables import Job, JobKind
 
 bearer = HTTPBearer(auto_error=False, description="A token from `artsvc token create`.")
-TOKEN_COOKIE = "artsvc_token"  # the dashboard's login (service/api/routes/ui.py): browsers cannot send a bearer header
 
 
 def get_engine(request: Request) -> Engine:
@@ -47,12 +47,13 @@ def get_caller(
     session: SessionDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Principal:
-    """The caller of a bearer token, or (only without an Authorization header) of the dashboard's login cookie."""
+    """The caller of a bearer token, or (only without an Authorization header) of the dashboard's session cookie,
+    whose state changes must come from this server's own pages (service/api/browser_auth.py)."""
     if settings.local_mode:
         return LOCAL_PRINCIPAL
     token = credentials.credentials if credentials is not None and credentials.scheme.lower() == "bearer" else None
-    if token is None and "authorization" not in request.headers:
-        token = request.cookies.get(TOKEN_COOKIE) or None
+    if token is None and "authorization" not in request.headers and request.cookies.get(SESSION_COOKIE):
+        return cookie_caller(request, session)
     if token is None:
         raise HTTPException(401, "missing bearer token (create one with `artsvc token create`)", {"WWW-Authenticate": "Bearer"})
     principal = authenticate(session, token=token)

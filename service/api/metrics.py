@@ -76,7 +76,8 @@ class RequestLatency:
 
 
 class StoreCollector:
-    """The store's state at scrape time: jobs by status, steps, running jobs' accuracy, alerts, live workers.
+    """The store's state at scrape time: jobs by kind and status, steps, running jobs' accuracy by environment, alerts,
+    live workers. No label is ever a job id or a tenant.
 
     An unreachable store is reported as ``artsvc_store_up 0`` instead of failing the scrape.
     """
@@ -105,16 +106,25 @@ class StoreCollector:
         yield jobs
         steps = stats.training_steps(session)
         yield CounterMetricFamily("artsvc_training_steps", "Training steps recorded.", value=steps)
+        environment = ["environment"]  # never a job id: scrapes must not list tenants' jobs
+        running = GaugeMetricFamily(
+            "artsvc_running_jobs_validated", "Running jobs with a validation point, by environment.", labels=environment
+        )
         latest = GaugeMetricFamily(
-            "artsvc_validation_accuracy", "Latest validation accuracy of each running job.", labels=["job_id"]
+            "artsvc_validation_accuracy",
+            "Mean over running jobs of the accuracy at each one's latest validation point, by environment.",
+            labels=environment,
         )
         best = GaugeMetricFamily(
-            "artsvc_best_validation_accuracy", "Best validation accuracy so far of each running job.", labels=["job_id"]
+            "artsvc_best_validation_accuracy",
+            "Best validation accuracy any running job reached so far, by environment.",
+            labels=environment,
         )
         for row in stats.running_accuracy(session):
-            latest.add_metric([row.job_id], row.latest)
-            best.add_metric([row.job_id], row.best)
-        yield from (latest, best)
+            running.add_metric([row.environment], row.jobs)
+            latest.add_metric([row.environment], row.latest_mean)
+            best.add_metric([row.environment], row.best)
+        yield from (running, latest, best)
         alerts = GaugeMetricFamily("artsvc_alerts", "Alerts by kind and state.", labels=["kind", "state"])
         for (kind, state), count in sorted(stats.alert_counts(session).items()):
             alerts.add_metric([kind, state], count)

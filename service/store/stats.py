@@ -1,4 +1,5 @@
-"""Aggregate reads for ``/healthz`` and ``/metrics``: counts by status, live workers, running jobs' accuracy.
+"""Aggregate reads for ``/healthz`` and ``/metrics``: counts by status, live workers, running jobs' accuracy by
+environment (never per job: a scrape must not list tenants' job ids).
 
 Each is one small query, cheap enough to run on every scrape. Like every store function they take a
 session and keyword arguments and never commit.
@@ -24,9 +25,10 @@ class WorkerSummary:
 
 @dataclass(frozen=True)
 class RunningAccuracy:
-    job_id: str
-    latest: float  # validation accuracy at the job's latest validation point
-    best: float
+    environment: str
+    jobs: int  # running jobs of the environment with a validation point
+    latest_mean: float  # mean over those jobs of the accuracy at each one's latest validation point
+    best: float  # the best validation accuracy any of them reached so far
 
 
 def job_counts(session: Session) -> dict[tuple[JobKind, JobStatus], int]:
@@ -48,21 +50,27 @@ def alert_counts(session: Session) -> dict[tuple[str, str], int]:
 
 
 def running_accuracy(session: Session) -> list[RunningAccuracy]:
-    """Latest and best validation accuracy of every running job that has a validation point."""
+    """Per environment, the running jobs that have a validation point: how many, their latest accuracy's mean, and
+    the best accuracy any reached."""
     running = col(Job.status) == JobStatus.running
     last_step, best = func.max(ValidationPoint.step).label("step"), func.max(ValidationPoint.accuracy).label("best")
     per_job = (
-        select(ValidationPoint.job_id, last_step, best)
+        select(ValidationPoint.job_id, Job.environment, last_step, best)
         .join(Job, col(Job.id) == col(ValidationPoint.job_id))
         .where(running)
-        .group_by(ValidationPoint.job_id)
+        .group_by(ValidationPoint.job_id, Job.environment)
         .subquery()
     )
-    latest = select(ValidationPoint.job_id, ValidationPoint.accuracy, per_job.c.best).join(
-        per_job, and_(col(ValidationPoint.job_id) == per_job.c.job_id, col(ValidationPoint.step) == per_job.c.step)
+    joined = and_(col(ValidationPoint.job_id) == per_job.c.job_id, col(ValidationPoint.step) == per_job.c.step)
+    environment = per_job.c.environment
+    query = (
+        select(environment, func.count(), func.avg(ValidationPoint.accuracy), func.max(per_job.c.best))
+        .join(per_job, joined)
+        .group_by(environment)
+        .order_by(environment)
     )
-    rows = session.exec(latest.order_by(col(ValidationPoint.job_id))).all()
-    return [RunningAccuracy(job_id=job_id, latest=accuracy, best=best) for job_id, accuracy, best in rows]
+    rows = session.exec(query).all()
+    return [RunningAccuracy(environment=name, jobs=n, latest_mean=mean, best=top) for name, n, mean, top in rows]
 
 
 def workers(session: Session, *, lease_seconds: float) -> WorkerSummary:

@@ -233,6 +233,20 @@ class ApiToken(SQLModel, table=True):
     revoked_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime()))
 
 
+class BrowserSession(SQLModel, table=True):
+    """A dashboard login: the browser holds a random secret (only its sha256 is stored) that stands for an API
+    token until it expires, is logged out, or the token is revoked. The token itself never reaches the browser."""
+
+    __tablename__ = "browser_sessions"
+
+    id: str = Field(primary_key=True, max_length=36)
+    secret_hash: str = Field(max_length=64, unique=True)
+    token_id: str = Field(foreign_key="api_tokens.id", index=True, max_length=36)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
+    expires_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False, index=True))
+    revoked_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime()))
+
+
 class WorkerRecord(SQLModel, table=True):
     """A worker process, so /healthz can tell whether anything is picking up jobs."""
 

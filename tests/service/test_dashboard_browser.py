@@ -1,4 +1,5 @@
-"""The operator dashboard in a real browser: Debian's Chromium, driven by Selenium, watches a job train.
+"""The operator dashboard in a real browser: Debian's Chromium, driven by Selenium, watches a job train; a page on
+another port of the same host cannot use the login to cancel it; logging out ends the login.
 
 The test set-up installs Chromium and its driver with apt when they are missing (once per machine, under a file
 lock so parallel workers do not run apt at once); a failed install fails the test with apt's output."""
@@ -10,8 +11,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -134,6 +137,34 @@ def browser(chromium, tmp_path) -> Iterator[webdriver.Chrome]:
         driver.quit()
 
 
+@pytest.fixture
+def attacker() -> Iterator[str]:
+    """A page on another loopback port (same site as the service: SameSite=Strict cookies go along) whose form
+    posts to ``?target=``; yields its base URL."""
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            target = self.path.split("?target=", 1)[-1]
+            body = f'<form method="post" action="{target}"><button id="forge">win a prize</button></form>'.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def _save_screenshot(driver: webdriver.Chrome) -> None:
     """The whole page, into artifacts/ at the repository root."""
     ARTIFACT.parent.mkdir(exist_ok=True)
@@ -149,7 +180,7 @@ def _step(driver: webdriver.Chrome) -> int:
 
 
 @pytest.mark.timeout(600)
-def test_the_job_page_follows_a_training_job_live_in_chromium(server, browser):
+def test_the_job_page_follows_a_training_job_live_in_chromium(server, browser, attacker):
     base, token, log = server
     headers = {"Authorization": f"Bearer {token}"}
     job = httpx.post(f"{base}/v1/jobs", json=SPEC, headers=headers, timeout=30)
@@ -174,6 +205,17 @@ def test_the_job_page_follows_a_training_job_live_in_chromium(server, browser):
         assert "?step=" in browser.find_element(By.ID, "curves").get_attribute("src")
         loaded = "const image = document.getElementById('curves'); return image.complete && image.naturalWidth > 0"
         wait.until(lambda d: d.execute_script(loaded))  # the picture came, authorized by the login cookie
+        [session_cookie] = [c for c in browser.get_cookies() if c["name"] == "artsvc_session"]
+        assert session_cookie["value"] != token and session_cookie["httpOnly"]  # the browser never holds the token
+
+        page = browser.current_window_handle  # the forged cancel happens in another tab; the job page keeps streaming
+        browser.switch_to.new_window("tab")
+        browser.get(f"{attacker}/?target={base}/v1/jobs/{job_id}/cancel")
+        browser.find_element(By.ID, "forge").click()
+        wait.until(lambda d: "cross-site request refused" in d.find_element(By.TAG_NAME, "body").text)  # cookie sent
+        assert httpx.get(f"{base}/v1/jobs/{job_id}", headers=headers, timeout=30).json()["status"] == "running"
+        browser.close()
+        browser.switch_to.window(page)
 
         cancelled = httpx.post(f"{base}/v1/jobs/{job_id}/cancel", headers=headers, timeout=30)
         assert cancelled.status_code == 200, cancelled.text
@@ -207,3 +249,10 @@ def test_the_job_page_follows_a_training_job_live_in_chromium(server, browser):
     assert row.find_element(By.CSS_SELECTOR, "svg.spark polyline.val").get_attribute("points")
     assert "cancelled" in row.text
     browser.save_screenshot(str(ARTIFACT.with_name("dashboard-jobs.png")))
+
+    kept = {"artsvc_session": session_cookie["value"]}
+    browser.find_element(By.CSS_SELECTOR, 'form[action="/ui/logout"] button').click()
+    wait.until(EC.presence_of_element_located((By.NAME, "token")))  # back at the login form
+    browser.get(f"{base}/ui")
+    wait.until(EC.presence_of_element_located((By.NAME, "token")))  # the pages ask for a login again
+    assert httpx.get(f"{base}/v1/jobs", cookies=kept, timeout=30).status_code == 401  # the old value is dead

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import pytest
 from alembic import command
+from sqlalchemy import inspect
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
+from service import auth
 from service.spec import EvaluationSpec, JobSpec
 from service.store import db as store_db
 from service.store import runs
-from service.store.tables import JobStatus, StopReason
+from service.store.tables import JobStatus, Role, StopReason
 
 
 def test_unmigrated_database_is_refused_with_what_to_run(database_url):
@@ -120,3 +122,27 @@ def test_evaluations_and_beat_baseline_stops_are_stored_and_a_downgrade_keeps_th
     engine.dispose()
     assert [tuple(r) for r in rows] == [(job_id, "target")]
     store_db.upgrade(database_url)
+
+
+def test_browser_sessions_are_stored_and_a_downgrade_drops_them_but_keeps_the_tokens(database_url):
+    store_db.upgrade(database_url)
+    engine = store_db.make_engine(database_url)
+    with Session(engine) as session:
+        token, secret = auth.create_token(session, role=Role.client, name="browser")
+        session.flush()
+        _, cookie = auth.create_browser_session(session, token=secret, ttl_s=60)
+        session.commit()
+        assert auth.authenticate_browser_session(session, secret=cookie).id == token.id
+    engine.dispose()
+    command.downgrade(store_db.alembic_config(database_url), "0004")
+    engine = store_db.make_engine(database_url)
+    assert "browser_sessions" not in inspect(engine).get_table_names()
+    with engine.connect() as connection:
+        assert connection.exec_driver_sql("SELECT name FROM api_tokens").all() == [("browser",)]
+    engine.dispose()
+    store_db.upgrade(database_url)
+    engine = store_db.make_engine(database_url)
+    with Session(engine) as session:
+        assert auth.authenticate_browser_session(session, secret=cookie) is None  # logged out by the downgrade
+        assert auth.create_browser_session(session, token=secret, ttl_s=60) is not None
+    engine.dispose()

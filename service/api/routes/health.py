@@ -1,19 +1,24 @@
-"""Liveness for load balancers and metrics for Prometheus; neither needs a token.
+"""Liveness for load balancers (no token) and metrics for Prometheus (an operator's token or ``metrics_token``).
 
 ``/healthz`` answers 503 only when the database cannot be reached (nothing works then); with no live
-worker it answers 200 ``degraded``: the API serves, but queued jobs wait.
+worker it answers 200 ``degraded``: the API serves, but queued jobs wait. ``/metrics`` shows every
+tenant's activity in aggregate, so it is the operator's: a client token gets 403.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
+from typing import Annotated
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.security import HTTPAuthorizationCredentials
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
+from service.api.deps import SessionDep, SettingsDep, bearer, get_caller, require_operator
 from service.api.watch_schemas import DatabaseHealth, HealthPublic, WorkersHealth
 from service.store import stats
 
@@ -33,13 +38,30 @@ def healthz(request: Request, response: Response) -> HealthPublic:
     return health
 
 
+def metrics_reader(
+    request: Request,
+    settings: SettingsDep,
+    session: SessionDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> None:
+    """Let Prometheus in with ``metrics_token``, and operators as everywhere else (local mode: everyone);
+    401 without a credential, 403 for a client's."""
+    expected = settings.metrics_token.get_secret_value() if settings.metrics_token is not None else None
+    if expected and credentials is not None and credentials.scheme.lower() == "bearer":
+        if hmac.compare_digest(credentials.credentials.encode(), expected.encode()):
+            return
+    require_operator(get_caller(request=request, settings=settings, session=session, credentials=credentials))
+
+
 @router.get(
     "/metrics",
     response_class=Response,
+    dependencies=[Depends(metrics_reader)],
     responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text."}},
 )
 def metrics(request: Request) -> Response:
-    """Jobs by status, training steps, running jobs' validation accuracy, alerts, live workers, request latency."""
+    """Jobs by kind and status, training steps, running jobs' validation accuracy by environment, alerts, live
+    workers, request latency."""
     return Response(generate_latest(request.app.state.metrics_registry), media_type=CONTENT_TYPE_LATEST)
 
 

@@ -2,9 +2,10 @@
 
 ``/ui`` lists the caller's jobs (an operator's: everyone's), ``/ui/jobs/{id}`` shows one job and follows it live
 through the job's event stream. A browser cannot send a bearer header, so outside local mode ``/ui/login`` takes
-a token and keeps it in an HttpOnly, SameSite=Strict cookie that ``get_caller`` accepts; pages redirect there
-without one. Every page is autoescaped and sent with a nonce-based Content-Security-Policy: rollouts hold model
-output, and no script but the page's own may run.
+a token and opens a session of its own: the cookie holds the session's secret, never the token, and ``get_caller``
+accepts it (service/api/browser_auth.py); pages redirect there without one, ``/ui/logout`` ends the session.
+Every page is autoescaped and sent with a nonce-based Content-Security-Policy: rollouts hold model output, and no
+script but the page's own may run.
 """
 
 from __future__ import annotations
@@ -13,17 +14,20 @@ import re
 import secrets
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import parse_qs, quote, urlsplit
+from urllib.parse import parse_qs, quote
 
 import jinja2
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
 from fastapi.templating import Jinja2Templates
+from sqlmodel import Session
+from starlette.concurrency import run_in_threadpool
 
 from service.api import dashboard
-from service.api.deps import TOKEN_COOKIE, SessionDep, SettingsDep, bearer, get_caller, visible_job
-from service.auth import Principal, authenticate
+from service.api.browser_auth import SESSION_COOKIE, clear_session_cookie, same_origin, set_session_cookie
+from service.api.deps import SessionDep, SettingsDep, bearer, get_caller, visible_job
+from service.auth import Principal, create_browser_session, revoke_browser_session
 from service.store import alerts_query, jobs, runs
 from service.store import dashboard as dashboard_store
 
@@ -137,38 +141,47 @@ def login_form(request: Request, settings: SettingsDep, next: str = "/ui") -> Re
 
 @router.post("/login", response_class=HTMLResponse)
 async def login(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
-    """Check the token from the form; a live one goes into the login cookie, anything else gets the form again (401)."""
+    """Check the token from the form; a live one opens a session whose secret goes into the cookie, anything else
+    gets the form again (401)."""
     if settings.local_mode:
         return RedirectResponse("/ui", status_code=303)
-    if not _same_origin(request):
+    if not same_origin(request):
         return render(request, "error.html", {"title": "Refused", "message": "cross-site login"}, status_code=403)
     form = parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=8)
     token = (form.get("token") or [""])[0].strip()
     next_path = _safe_next((form.get("next") or ["/ui"])[0])
-    principal = authenticate(session, token=token) if token else None
-    if principal is None:
+    ttl_s = settings.session_ttl_s
+    secret = await run_in_threadpool(_open_session, session, token=token, ttl_s=ttl_s) if token else None
+    if secret is None:
         context = {"next": next_path, "error": "unknown or revoked token" if token else "enter a token"}
         return render(request, "login.html", context, status_code=401)
     response = RedirectResponse(next_path, status_code=303)
-    response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict", secure=request.url.scheme == "https",
-                        path="/")  # fmt: skip
+    set_session_cookie(response, request=request, settings=settings, secret=secret)
     return response
 
 
 @router.post("/logout")
-def logout(request: Request) -> Response:
+def logout(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
+    """End the session on the server (its cookie is refused from now on, even if kept) and clear the cookie."""
+    if not same_origin(request):
+        return render(request, "error.html", {"title": "Refused", "message": "cross-site logout"}, status_code=403)
+    secret = request.cookies.get(SESSION_COOKIE)
+    if secret:
+        revoke_browser_session(session, secret=secret)
+        session.commit()
     response = RedirectResponse("/ui/login", status_code=303)
-    secure = request.url.scheme == "https"
-    response.delete_cookie(TOKEN_COOKIE, path="/", httponly=True, samesite="strict", secure=secure)
+    clear_session_cookie(response, request=request, settings=settings)
     return response
+
+
+def _open_session(session: Session, *, token: str, ttl_s: int) -> str | None:
+    """The committed session's secret, or None for an unknown or revoked token (database work: off the event loop)."""
+    opened = create_browser_session(session, token=token, ttl_s=ttl_s)
+    if opened is None:
+        return None
+    session.commit()
+    return opened[1]
 
 
 def _safe_next(path: str) -> str:
     return path if NEXT_PATH.fullmatch(path) else "/ui"
-
-
-def _same_origin(request: Request) -> bool:
-    """A form posted from another site's page is refused (its Origin names that site); no Origin: not a browser's
-    cross-site post."""
-    origin = request.headers.get("origin")
-    return origin is None or urlsplit(origin).netloc == request.headers.get("host")

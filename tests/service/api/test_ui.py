@@ -14,6 +14,7 @@ from tests.databases import sqlite_only
 from tests.service.api import seeding
 
 SCRIPT = "<script>alert('pwned')</script>"
+OWN_PAGE = {"Origin": "http://testserver"}  # what a browser sends with a form from the TestClient's pages
 MANIFEST = {"manifest_version": 1, "locked": {"split": "val", "examples": 8, "environment_args": {}},
             "model": {"base_model": "embedded/char-gpt-0.2m"}, "seed": 7}  # fmt: skip
 
@@ -123,23 +124,25 @@ def test_the_login_form_sets_a_cookie_that_authorizes_the_api_and_the_pages(clie
     job_id = seeding.new_job(engine, owner_id=owner)
     token = headers["Authorization"].removeprefix("Bearer ")
     assert client.get("/v1/jobs").status_code == 401
-    response = client.post("/ui/login", data={"token": token, "next": f"/ui/jobs/{job_id}"}, follow_redirects=False)
+    response = client.post("/ui/login", data={"token": token, "next": f"/ui/jobs/{job_id}"}, headers=OWN_PAGE,
+                           follow_redirects=False)  # fmt: skip
     assert response.status_code == 303 and response.headers["location"] == f"/ui/jobs/{job_id}"
     cookie = response.headers["set-cookie"]
-    assert cookie.startswith(f"artsvc_token={token};") and "HttpOnly" in cookie and "SameSite=strict" in cookie
-    assert "Secure" not in cookie  # plain http on loopback; https gets Secure
+    assert cookie.startswith("artsvc_session=") and token not in cookie  # a session of its own (test_browser_sessions)
     listed = client.get("/v1/jobs")
     assert listed.status_code == 200 and [job["id"] for job in listed.json()["data"]] == [job_id]
     assert client.get(f"/ui/jobs/{job_id}").status_code == 200
     # a header, even a wrong one, wins over the cookie: bearer behaviour is unchanged
     assert client.get("/v1/jobs", headers={"Authorization": "Basic eDp5"}).status_code == 401
-    logout = client.post("/ui/logout", follow_redirects=False)
-    assert logout.status_code == 303 and 'artsvc_token=""' in logout.headers["set-cookie"]
+    logout = client.post("/ui/logout", headers=OWN_PAGE, follow_redirects=False)
+    assert logout.status_code == 303 and 'artsvc_session=""' in logout.headers["set-cookie"]
+    assert client.get("/v1/jobs").status_code == 401
 
 
 @sqlite_only
 def test_a_bad_token_in_the_form_is_refused_without_a_cookie(client, engine):
-    response = client.post("/ui/login", data={"token": "artsvc_not-a-token", "next": "/ui"}, follow_redirects=False)
+    response = client.post("/ui/login", data={"token": "artsvc_not-a-token", "next": "/ui"}, headers=OWN_PAGE,
+                           follow_redirects=False)  # fmt: skip
     assert response.status_code == 401 and "unknown or revoked token" in response.text
     assert "set-cookie" not in response.headers
     assert client.get("/ui", follow_redirects=False).status_code == 303
@@ -150,16 +153,22 @@ def test_a_bad_token_in_the_form_is_refused_without_a_cookie(client, engine):
 def test_the_login_only_returns_to_dashboard_pages(client, engine, target):
     _, headers = seeding.principal(engine)
     token = headers["Authorization"].removeprefix("Bearer ")
-    response = client.post("/ui/login", data={"token": token, "next": target}, follow_redirects=False)
+    response = client.post("/ui/login", data={"token": token, "next": target}, headers=OWN_PAGE, follow_redirects=False)
     assert response.status_code == 303 and response.headers["location"] == "/ui"
 
 
 @sqlite_only
-def test_a_login_posted_from_another_site_is_refused(client, engine):
-    _, headers = seeding.principal(engine)
-    token = headers["Authorization"].removeprefix("Bearer ")
-    response = client.post("/ui/login", data={"token": token}, headers={"Origin": "https://evil.example"})
+@pytest.mark.parametrize(
+    "headers", [{"Origin": "https://evil.example"}, {"Origin": "http://testserver:8001"}, {"Origin": "null"}, {}]
+)
+def test_a_login_posted_from_another_site_or_from_nowhere_is_refused(client, engine, headers):
+    _, bearer = seeding.principal(engine)
+    token = bearer["Authorization"].removeprefix("Bearer ")
+    response = client.post("/ui/login", data={"token": token}, headers=headers)
     assert response.status_code == 403 and "set-cookie" not in response.headers
+    referred = client.post("/ui/login", data={"token": token}, headers={"Referer": "http://testserver/ui/login"},
+                           follow_redirects=False)  # fmt: skip
+    assert referred.status_code == 303 and "set-cookie" in referred.headers  # no Origin: the Referer decides
 
 
 @sqlite_only
