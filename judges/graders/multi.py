@@ -16,6 +16,7 @@ import ast
 import asyncio
 import keyword
 from collections.abc import Collection
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Literal
 
 import simpleeval
@@ -40,6 +41,8 @@ MAX_FORMULA_DEPTH = 32  # the evaluator recurses once per level
 MAX_CONSTANT = 1e6
 MAX_EXPONENT = 8
 FORMULA_TIMEOUT_S = 1.0
+# Formulas get threads of their own, so that a slow metric in the default executor never makes one wait past its limit.
+_FORMULA_THREADS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="grader-formula")
 
 
 class MultiConfig(GraderModel):
@@ -151,7 +154,8 @@ class MultiGrader(Grader):
             return self.error("no part could grade the sample", **details)
         rewards = {name: r.reward for name, r in parts.items()}  # an error result's reward is 0.0
         try:
-            value = await asyncio.wait_for(asyncio.to_thread(self._evaluate, rewards), FORMULA_TIMEOUT_S)
+            evaluation = asyncio.get_running_loop().run_in_executor(_FORMULA_THREADS, self._evaluate, rewards)
+            value = await asyncio.wait_for(evaluation, FORMULA_TIMEOUT_S)
         except TimeoutError:
             return self.error(f"calculate_output took more than {FORMULA_TIMEOUT_S} s", **details)
         except Exception as exc:  # noqa: BLE001 -- arithmetic on these values: a division by zero, an overflow
