@@ -164,8 +164,8 @@ class MultiGrader(Grader):
         if raw is None:
             return self.error(f"calculate_output gave {shown(value)}, not a finite number", **details)
         reward = clamp(raw)
-        shown = ", ".join(f"{name}={part:.4g}" for name, part in rewards.items())
-        reason = f"{self.calculate_output} = {raw:.4g} with {shown}"
+        values = ", ".join(f"{name}={part:.4g}" for name, part in rewards.items())
+        reason = f"{self.calculate_output} = {raw:.4g} with {values}"
         if reward != raw:
             details |= {"raw_reward": raw, "clamped": True}
             reason += ", clamped into [0, 1]"

@@ -64,6 +64,8 @@ async def test_a_formula_within_the_bounds_is_evaluated_in_floating_point():
     assert (await grade(multi("7 // 2 / 4"))).reward == 0.75
     result = await grade(multi("max(exact, ((1000 ** 8) ** 8) ** 8)"))
     assert result.reward == 0.0 and result.details["error"].startswith("calculate_output failed: ")
+    result = await grade(multi(" * ".join(["1000000 ** 8"] * 7)))  # 1e336: inf in floating point
+    assert result.details["error"].startswith("calculate_output gave inf, not a finite number")
 
 
 @pytest.mark.asyncio
