@@ -18,7 +18,7 @@ from pathlib import Path
 from judges.graders.base import describe
 
 CHILD = Path(__file__).with_name("_python_child.py")
-PASSED_ENV = ("PATH", "HOME", "TMPDIR", "TEMP", "TMP", "LANG", "LANGUAGE", "TZ", "SYSTEMROOT")  # plus LC_*
+PASSED_ENV = ("PATH", "HOME", "TMPDIR", "LANG", "LANGUAGE", "TZ")  # and LC_*
 ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
 
 _slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, asyncio.Semaphore]] = (
