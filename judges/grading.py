@@ -3,7 +3,8 @@
 Shaped like RulerJudge (``judge(group) -> GroupJudgement``), so the training loop treats both alike. A
 group with a trajectory the grader could not grade (details carry "error": a timeout, a failed model
 call) is dropped from the step with the reason, as a group RULER could not score is: a 0.0 that means
-"not graded" must not train the policy as if it were a bad answer.
+"not graded" must not train the policy as if it were a bad answer. A reply longer than MAX_REPLY_CHARS is
+not graded either: the graders' work grows with it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from judges.graders import Grader, GradeResult, sample_from_text
 from judges.groups import rescore
 from judges.ruler import GroupJudgement
 from judges.usage import JudgeUsage
+
+MAX_REPLY_CHARS = 50_000  # graded at most: parsing, rendering and the metrics all grow with the reply
 
 
 def final_reply(trajectory: art.Trajectory) -> str:
@@ -55,8 +58,11 @@ class GraderJudge:
         self._slots = asyncio.Semaphore(concurrency)
 
     async def _grade(self, trajectory: art.Trajectory, scenario: dict) -> GradeResult:
+        reply = final_reply(trajectory)
+        if len(reply) > MAX_REPLY_CHARS:
+            return self.grader.error(f"the reply has {len(reply)} characters, more than the limit of {MAX_REPLY_CHARS}")
         async with self._slots:
-            return await self.grader.grade(sample_from_text(final_reply(trajectory)), scenario)
+            return await self.grader.grade(sample_from_text(reply), scenario)
 
     async def judge(self, group: art.TrajectoryGroup) -> GroupJudgement:
         scenario_id = str(group.metadata.get("scenario_id"))

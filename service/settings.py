@@ -5,12 +5,15 @@ from __future__ import annotations
 import ipaddress
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.spec import RewardSpec
+
+if TYPE_CHECKING:
+    from judges.graders import CodeGraders
 
 
 def is_loopback(host: str) -> bool:
@@ -134,6 +137,15 @@ class Settings(BaseSettings):
             return [name.strip() for name in value.split(",") if name.strip()]
         return value
 
+    @field_validator("grader_functions")
+    @classmethod
+    def _functions_are_named_fully(cls, value: list[str]) -> list[str]:
+        from judges.graders.registry import FUNCTION
+
+        if bad := [name for name in value if not FUNCTION.fullmatch(name)]:
+            raise ValueError(f"grader functions are 'package.module:function', not {bad}")
+        return value
+
     @field_validator("data_dir")
     @classmethod
     def _expand(cls, value: Path) -> Path:
@@ -147,18 +159,27 @@ class Settings(BaseSettings):
 
     def refuse_reward(self, reward: RewardSpec) -> str | None:
         """Why this server will not run a job with ``reward``: it names a judge model (RULER's, or a score_model
-        grader's) that the operator does not allow. None if it may."""
+        grader's) that the operator does not allow, or a code grader the operator has not registered. None if it
+        may. Imports nothing a job names."""
         allowed = ", ".join(self.judge_models) or "none (the operator sets ARTSVC_JUDGE_MODELS)"
         if reward.judge_model is not None and reward.judge_model not in self.judge_models:
             return f"reward.judge_model: {reward.judge_model!r} is not a judge this server allows; allowed: {allowed}"
         if reward.grader is not None:
-            from judges.graders import GraderConfigError, build_grader  # config models only: cheap to import
+            from judges.graders import GraderConfigError, check_grader  # config models only: cheap to import
 
             try:
-                build_grader(reward.grader, allowed_models=set(self.judge_models))
+                check_grader(reward.grader, allowed_models=set(self.judge_models), registry=self.code_graders().registry)
             except GraderConfigError as exc:
-                return f"reward.grader: {exc}; allowed models: {allowed}"
+                return f"reward.grader: {exc}"
         return None
+
+    def code_graders(self) -> CodeGraders:
+        """The python graders jobs may name (the artsvc.graders entry points and grader_functions, read from
+        package metadata, nothing imported) and the limits each call runs under."""
+        from judges.graders import CodeGraders, GraderRegistry
+
+        registry = GraderRegistry.load(self.grader_functions)
+        return CodeGraders(registry, memory_mb=self.grader_memory_mb, processes=self.grader_processes)
 
     def refuse_baseline(self, model: str, *, field: str) -> str | None:
         """Why this server will not evaluate ``model`` (named in ``field``); None if it may."""

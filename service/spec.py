@@ -69,11 +69,11 @@ class RewardSpec(_Section):
             raise ValueError("reward.grader is required in grader mode and applies to it only")
         if self.mode == "verifier" and self.max_judge_cost_usd is not None:
             raise ValueError("reward.max_judge_cost_usd applies to the ruler, hybrid and grader modes only")
-        if self.grader is not None:
-            from judges.graders import GraderConfigError, build_grader  # pydantic models only: no litellm, no torch
+        if self.grader is not None:  # its shape and size; the operator's settings decide the rest (refuse_reward)
+            from judges.graders import GraderConfigError, check_grader  # pydantic models only: no litellm, no torch
 
             try:
-                build_grader(self.grader)
+                check_grader(self.grader)
             except GraderConfigError as exc:
                 raise ValueError(f"reward.grader: {exc}") from None
         return self

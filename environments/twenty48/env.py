@@ -18,6 +18,7 @@ from environments.twenty48.scenarios import SCENARIO_DIR
 
 MAX_TOKENS = 24  # "<move>right</move>" is 18 characters; a little room so near misses are seen, not cut
 TARGET_TILES = tuple(2**k for k in range(3, 12))  # 8 .. 2048
+MAX_TURNS_LIMIT = 2 * TARGET_TILES[-1]  # the default at the largest target: every turn is a model call
 
 
 class Twenty48Environment(BaseEnvironment):
@@ -49,8 +50,8 @@ class Twenty48Environment(BaseEnvironment):
             raise ValueError(f"target_tile must be a power of two from 8 to 2048, got {target_tile!r}")
         if max_turns is None:
             max_turns = 2 * target_tile  # a good player needs about 0.75 * target_tile moves
-        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
-            raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
+        if type(max_turns) is not int or not 1 <= max_turns <= MAX_TURNS_LIMIT:
+            raise ValueError(f"max_turns must be an integer from 1 to {MAX_TURNS_LIMIT} (each turn is a model call)")
         self.target_tile = target_tile
         self.max_turns = max_turns
         self.warm_start_examples = round(self.WARM_START_MOVES / (0.75 * target_tile))

@@ -34,7 +34,7 @@ class StrictModel(BaseModel):
 class GraderModel(StrictModel):
     """The fields every grader config has besides its ``type``."""
 
-    name: str = Field(min_length=1, description="What the grader is called in details and logs.")
+    name: str = Field(min_length=1, max_length=64, description="What the grader is called in details and logs.")
 
 
 class Grader(ABC):
@@ -69,6 +69,18 @@ def describe(exc: BaseException) -> str:
     except Exception:  # noqa: BLE001 -- a broken __str__ must not break the error path
         message = "<unprintable>"
     return f"{type(exc).__name__}: {message}"[:MAX_REASON_CHARS]
+
+
+def shown(value: Any, limit: int = 100) -> str:
+    """repr() of a value foreign code or arithmetic produced, bounded, even if it cannot be written (an int past
+    Python's digit limit, a broken __repr__)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * limit:
+        return f"<an integer of {value.bit_length()} bits>"
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 -- a broken __repr__ must not break the error path
+        return f"<unprintable {type(value).__name__}>"
+    return text[:limit] + ("..." if len(text) > limit else "")
 
 
 def snippet(text: str, limit: int = 60) -> str:

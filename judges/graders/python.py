@@ -1,104 +1,70 @@
-"""``python``: a reward function from an installed module, ``"package.module:callable"``, run in its own process.
+"""``python``: a reward function the operator registered (registry.py), run in its own process (sandbox.py).
 
-The client names a function the operator installed; it never sends source. Each call runs in a fresh interpreter
-(``_python_child.py``, given this process's ``sys.path``) in its own process group, so a function that hangs is killed
-with everything it started at ``timeout_s`` (which counts the interpreter's start, about 50 ms, and the module's
-import), and one that crashes or leaks cannot touch the service. sample and item reach it as JSON.
+The client names a registered function, by its entry-point name or as ``"package.module:function"``; it never sends
+source, and a name that is not registered is a config error, found without importing anything. At grade time the
+name is checked again against the registry the grader was built with, and only its registered target runs: in a
+fresh interpreter with a timeout (which counts the interpreter's start, about 50 ms, and the module's import), an
+address-space limit and no inherited secrets. sample and item reach it as JSON.
 
 The function is called as ``f(sample, item)`` and returns a number or ``{"reward": number, "details": {...}}``. A
-non-number, a non-finite number, an exception, a crash or a timeout is an error result; a finite number outside
-[0, 1] is clamped, and details say so and keep the raw value. A module that cannot be found is a config error at
-build time; a missing callable in a module that exists is an error result at grade time (finding it would mean
-importing the module, which runs its code, into the service).
+non-number, a non-finite number, an exception, a crash, running out of memory or a timeout is an error result; a
+finite number outside [0, 1] is clamped, and details say so and keep the raw value.
 """
 
 from __future__ import annotations
 
-import asyncio
-import importlib.util
-import json
-import os
-import signal
-import sys
-from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
-from judges.graders.base import Grader, GradeResult, GraderModel, clamp, describe, finite_number
+from judges.graders import sandbox
+from judges.graders.base import Grader, GradeResult, GraderModel, clamp, finite_number, shown
+from judges.graders.registry import CodeGraders, GraderRegistry
 
-VERSION = "python-1.0.0"  # bump when calling, validating or clamping changes (the function's own changes are its own)
+VERSION = "python-1.1.0"  # bump when calling, validating or clamping changes (the function's own changes are its own)
 
-CHILD = Path(__file__).with_name("_python_child.py")
-FUNCTION_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+NAME_PATTERN = r"^[A-Za-z0-9_.:-]+$"  # an entry-point name or module:function; registered or not is checked apart
 
 
 class PythonConfig(GraderModel):
     type: Literal["python"]
-    function: str = Field(pattern=FUNCTION_PATTERN, description="'package.module:callable', importable here")
+    function: str = Field(
+        max_length=200, pattern=NAME_PATTERN, description="a registered function: entry-point name or 'module:function'"
+    )
     timeout_s: float = Field(default=5.0, gt=0.0, le=60.0, description="the call is killed after this long")
 
     @field_validator("function")
     @classmethod
-    def _module_is_installed(cls, function: str) -> str:
-        module = function.partition(":")[0]
-        try:
-            found = importlib.util.find_spec(module) is not None  # imports the parent packages, not the module
-        except (ImportError, ValueError):  # a parent package is missing, or is not a package
-            found = False
-        if not found:
-            raise ValueError(f"module {module!r} is not installed")
+    def _is_registered(cls, function: str, info: ValidationInfo) -> str:
+        registry: GraderRegistry | None = (info.context or {}).get("registry")
+        if registry is not None and registry.resolve(function) is None:  # None: the shape only (the job spec's check)
+            raise ValueError(registry.refusal(function))
         return function
 
 
 class PythonGrader(Grader):
-    """The named function's reward for the sample, computed in a separate process under a time limit."""
+    """The registered function's reward for the sample, computed in a separate process under the operator's limits."""
 
-    def __init__(self, config: PythonConfig) -> None:
+    def __init__(self, config: PythonConfig, code: CodeGraders) -> None:
         super().__init__(config.name, VERSION)
         self.config = config
+        self.code = code
 
     async def _grade(self, sample: dict, item: dict) -> GradeResult:
-        try:
-            request = json.dumps({"path": sys.path, "function": self.config.function, "sample": sample, "item": item})
-        except (TypeError, ValueError) as exc:
-            return self.error(f"sample and item must be JSON: {describe(exc)}")
-        answer = await self._call(request.encode())
+        name = self.config.function
+        target = self.code.registry.resolve(name)
+        if target is None:  # a spec stored before the operator unregistered it, or built around the check
+            return self.error(self.code.registry.refusal(name), function=name)
+        answer = await sandbox.call(target, sample, item, timeout_s=self.config.timeout_s,
+                                    memory_mb=self.code.memory_mb, processes=self.code.processes)  # fmt: skip
         if "error" in answer:
-            return self.error(answer["error"], function=self.config.function)
+            return self.error(answer["error"], function=name)
         raw = finite_number(answer.get("reward"))
         if raw is None:
-            return self.error(f"{self.config.function} returned {answer.get('reward')!r}, not a finite number")
-        details = {"function": self.config.function, "function_details": answer.get("details")}
+            return self.error(f"{name} returned {shown(answer.get('reward'))}, not a finite number", function=name)
+        details = {"function": name, "function_details": answer.get("details")}
         reward = clamp(raw)
         if reward != raw:
             details |= {"raw_reward": raw, "clamped": True}
-            return self.result(reward, f"{self.config.function} returned {raw}, clamped into [0, 1]", **details)
-        return self.result(reward, f"{self.config.function} returned {raw}", **details)
-
-    async def _call(self, request: bytes) -> dict:
-        """The child's answer: {"reward", "details"} or {"error"}; the process group is killed if it is still there."""
-        try:
-            process = await asyncio.create_subprocess_exec(
-                sys.executable, str(CHILD), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
-            )  # fmt: skip
-        except OSError as exc:  # out of processes or file descriptors
-            return {"error": f"could not start a process for {self.config.function}: {describe(exc)}"}
-        try:
-            stdout, _ = await asyncio.wait_for(process.communicate(request), timeout=self.config.timeout_s)
-        except TimeoutError:
-            return {"error": f"{self.config.function} did not return within {self.config.timeout_s} s"}
-        finally:
-            if process.returncode is None:  # timed out, or this task was cancelled
-                try:
-                    os.killpg(process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                await process.wait()
-        lines = stdout.decode(errors="replace").strip().splitlines()
-        try:
-            answer = json.loads(lines[-1])
-        except (IndexError, ValueError):
-            return {"error": f"{self.config.function}'s process exited with code {process.returncode} and no answer"}
-        return answer if isinstance(answer, dict) else {"error": f"unreadable answer {lines[-1][:200]!r}"}
+            return self.result(reward, f"{name} returned {raw}, clamped into [0, 1]", **details)
+        return self.result(reward, f"{name} returned {raw}", **details)

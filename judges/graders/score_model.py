@@ -38,13 +38,13 @@ class Message(StrictModel):
 
 class SamplingParams(StrictModel):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=4096)
 
 
 class ScoreModelConfig(GraderModel):
     type: Literal["score_model"]
-    model: str = Field(min_length=1, description="a litellm model name, e.g. 'openai/gpt-4o-mini'")
-    input: list[Message] = Field(min_length=1)
+    model: str = Field(min_length=1, max_length=256, description="a litellm model name, e.g. 'openai/gpt-4o-mini'")
+    input: list[Message] = Field(min_length=1, max_length=16)
     range: tuple[FiniteFloat, FiniteFloat] = (0.0, 1.0)
     sampling_params: SamplingParams | None = None
 
@@ -53,7 +53,9 @@ class ScoreModelConfig(GraderModel):
     def _model_is_allowed(cls, model: str, info: ValidationInfo) -> str:
         allowed = (info.context or {}).get("allowed_models")
         if allowed is not None and model not in allowed:
-            raise ValueError(f"model {model!r} is not allowed here (allowed: {sorted(allowed)})")
+            shown = ", ".join(sorted(allowed)) or "none"
+            raise ValueError(f"model {model!r} is not allowed here (allowed: {shown}; the operator sets "
+                             "ARTSVC_JUDGE_MODELS)")  # fmt: skip
         return model
 
     @field_validator("range")

@@ -16,6 +16,8 @@ from pydantic import AfterValidator
 
 REFERENCE = re.compile(r"\{\{\s*(.*?)\s*\}\}")
 ROOTS = ("sample", "item")
+MAX_TEMPLATE_CHARS = 4_000
+MAX_RENDERED_CHARS = 100_000  # what one template may render to: the comparing graders' and the judges' input
 
 
 class TemplateError(ValueError):
@@ -33,8 +35,10 @@ def sample_from_text(output_text: str) -> dict[str, Any]:
 
 
 def check(template: str) -> str:
-    """``template`` itself if every reference starts at ``sample`` or ``item`` and has no empty part; else ValueError
-    (used by config validation, so a typo is caught at build time)."""
+    """``template`` itself if it is at most MAX_TEMPLATE_CHARS long and every reference starts at ``sample`` or
+    ``item`` and has no empty part; else ValueError (used by config validation, so a typo is caught at build time)."""
+    if len(template) > MAX_TEMPLATE_CHARS:
+        raise ValueError(f"longer than the limit of {MAX_TEMPLATE_CHARS} characters")
     for match in REFERENCE.finditer(template):
         parts = match.group(1).split(".")
         if parts[0] not in ROOTS or "" in parts:
@@ -46,9 +50,17 @@ Template = Annotated[str, AfterValidator(check)]  # a config field holding a tem
 
 
 def render(template: str, *, sample: Any, item: Any) -> str:
-    """``template`` with every reference replaced by its value; TemplateError names the first one that fails."""
+    """``template`` with every reference replaced by its value; TemplateError names the first one that fails, or says
+    that the text would be longer than MAX_RENDERED_CHARS."""
     roots = {"sample": sample, "item": item}
-    return REFERENCE.sub(lambda match: _text(match.group(1), _resolve(match.group(1), roots)), template)
+    pieces, size, end = [], 0, 0
+    for match in REFERENCE.finditer(template):
+        pieces += [template[end : match.start()], _text(match.group(1), _resolve(match.group(1), roots))]
+        size, end = size + len(pieces[-2]) + len(pieces[-1]), match.end()
+        if size > MAX_RENDERED_CHARS:
+            raise TemplateError(f"the template renders to more than the limit of {MAX_RENDERED_CHARS} characters")
+    pieces.append(template[end:])
+    return "".join(pieces)
 
 
 def render_input_and_reference(config: Any, *, sample: Any, item: Any) -> tuple[str, str]:

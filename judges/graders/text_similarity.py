@@ -3,8 +3,8 @@
 fuzzy_match is rapidfuzz's ``fuzz.ratio`` / 100 (normalised Indel similarity; two empty strings are equal, 1.0);
 bleu is sacrebleu's ``sentence_bleu`` / 100 with its defaults (13a tokens, exponential smoothing); rouge_1, rouge_2
 and rouge_l are rouge_score's F-measure without stemming (its tokenizer lowercases and keeps ASCII letters and
-digits only, so text without any scores 0). The metrics run in a worker thread: ROUGE-L is quadratic in pure
-Python, so texts longer than MAX_TEXT_CHARS are an error result rather than a stalled service.
+digits only, so text without any scores 0). The metrics run in a worker thread under METRIC_TIMEOUT_S: ROUGE-L is
+quadratic in pure Python, so texts longer than MAX_TEXT_CHARS are an error result rather than a stalled service.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from judges.graders.templates import Template
 VERSION = "text_similarity-1.0.0"  # bump when any score could change (a metric, its options, a library's defaults)
 
 MAX_TEXT_CHARS = 10_000  # ROUGE-L on two texts this long takes about a second
+METRIC_TIMEOUT_S = 30.0  # past it the result is an error (the thread finishes on its own; its answer is dropped)
 
 Metric = Literal["fuzzy_match", "bleu", "rouge_1", "rouge_2", "rouge_l"]
 
@@ -52,7 +53,11 @@ class TextSimilarityGrader(Grader):
         if too_long:
             return self.error(f"{' and '.join(too_long)} characters, more than {MAX_TEXT_CHARS}")
         metric = self.config.evaluation_metric
-        score = clamp(await asyncio.to_thread(similarity(metric), text, reference))  # BLEU can be 1.0000000000000004
+        try:
+            raw = await asyncio.wait_for(asyncio.to_thread(similarity(metric), text, reference), METRIC_TIMEOUT_S)
+        except TimeoutError:
+            return self.error(f"{metric} took more than {METRIC_TIMEOUT_S} s")
+        score = clamp(raw)  # BLEU can be 1.0000000000000004
         details = {"metric": metric, "score": score}
         reason = f"{metric} similarity {score:.4f}"
         if self.config.pass_threshold is not None:

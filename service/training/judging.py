@@ -42,7 +42,7 @@ def judge_for(reward: RewardSpec, settings: Settings, scenarios: Mapping[str, di
     if reward.mode == "grader":
         assert reward.grader is not None  # the spec requires it in grader mode
         endpoint = {"api_base": settings.judge_api_base, "api_key": key, "timeout": settings.judge_timeout_s}
-        grader = build_grader(reward.grader, allowed_models=set(settings.judge_models),
+        grader = build_grader(reward.grader, allowed_models=set(settings.judge_models), code=settings.code_graders(),
                               litellm_params={k: v for k, v in endpoint.items() if v is not None})  # fmt: skip
         return GraderJudge(grader, scenarios, concurrency=settings.judge_concurrency)
     assert reward.judge_model is not None  # the spec requires it in judged modes

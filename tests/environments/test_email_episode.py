@@ -3,7 +3,6 @@ floor, demonstrations are deterministic, and a real (untrained) policy plays a w
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections import Counter
 
@@ -170,22 +169,20 @@ def test_tool_specs_are_valid_openai_tools(env):
     assert set(search) == {"keywords", "from", "to", "sent_after", "sent_before"}
 
 
-def test_rollout_with_a_real_untrained_policy(tmp_path):
+@pytest.mark.asyncio
+async def test_rollout_with_a_real_untrained_policy(tmp_path):
     from service.backends.embedded import EmbeddedBackend
 
-    async def scenario():
-        backend = EmbeddedBackend(path=tmp_path / "models", cache_dir=tmp_path / "cache", seed=0)
-        model = art.TrainableModel(
-            name="email", project="tests", base_model="embedded/char-gpt-0.2m", base_path=str(tmp_path / "art")
-        )
-        await model.register(backend)
-        try:
-            env = EmailEnvironment(max_turns=2)
-            return env, await env.rollout(model, env.scenarios("val")[0], Sampling(temperature=1.0, seed=1))
-        finally:
-            await backend.close()
-
-    env, trajectory = asyncio.run(scenario())
+    backend = EmbeddedBackend(path=tmp_path / "models", cache_dir=tmp_path / "cache", seed=0)
+    model = art.TrainableModel(
+        name="email", project="tests", base_model="embedded/char-gpt-0.2m", base_path=str(tmp_path / "art")
+    )
+    await model.register(backend)
+    try:
+        env = EmailEnvironment(max_turns=2)
+        trajectory = await env.rollout(model, env.scenarios("val")[0], Sampling(temperature=1.0, seed=1))
+    finally:
+        await backend.close()
     choices = [m for m in trajectory.messages_and_choices if isinstance(m, Choice)]
     assert len(choices) == 2 and trajectory.messages_and_choices[0]["role"] == "user"
     assert trajectory.metadata["outcome"] != "correct" and not env.is_correct(trajectory)

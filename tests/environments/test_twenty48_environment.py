@@ -107,10 +107,13 @@ def test_bad_constructor_arguments_are_rejected_with_reasons():
     for target in (4, 100, 4096, 0, -128, True, 128.0, "128"):
         with pytest.raises(ValueError, match="power of two from 8 to 2048"):
             Twenty48Environment(target_tile=target)
-    for turns in (0, -1, 2.5, True):
-        with pytest.raises(ValueError, match="max_turns"):
+    for turns in (0, -1, 2.5, True, 4097, 10**9):
+        with pytest.raises(ValueError, match="max_turns must be an integer from 1 to 4096"):
             Twenty48Environment(max_turns=turns)
     assert Twenty48Environment(target_tile=8).max_turns == 16
+    assert Twenty48Environment(target_tile=2048).max_turns == Twenty48Environment(max_turns=4096).max_turns == 4096
+    with pytest.raises(EnvironmentConfigError, match="max_turns must be an integer from 1 to 4096"):
+        load("2048", {"max_turns": 10**6})
     with pytest.raises(EnvironmentConfigError, match="power of two"):
         load("2048", {"target_tile": 3})
     env = load("2048", {"target_tile": 64, "max_turns": 40})
@@ -177,13 +180,14 @@ class ScriptedModel:
         return type("Client", (), {"chat": type("Chat", (), {"completions": Completions()})()})()
 
 
-def test_a_rollout_of_the_heuristic_is_the_same_game_as_its_demonstration():
+@pytest.mark.asyncio
+async def test_a_rollout_of_the_heuristic_is_the_same_game_as_its_demonstration():
     env = Twenty48Environment()
     row = env.scenarios("val")[0]
     expected = play(new_game(row["seed"]), random.Random(1), target_tile=128, max_turns=256)
     moves = iter(direction for _, direction in expected)
     model = ScriptedModel(lambda board: format_move(next(moves)))
-    trajectory = asyncio.run(env.rollout(model, row, Sampling(temperature=1.0, seed=10)))
+    trajectory = await env.rollout(model, row, Sampling(temperature=1.0, seed=10))
     items = trajectory.messages_and_choices
     assert [m["content"] for m in items[0::2]] == [render(board) for board, _ in expected]
     assert all(isinstance(c, Choice) for c in items[1::2]) and len(items) == 2 * len(expected)
@@ -196,11 +200,12 @@ def test_a_rollout_of_the_heuristic_is_the_same_game_as_its_demonstration():
     assert model.calls[-1]["messages"] == trajectory.messages()[:-1]
 
 
-def test_rollouts_end_on_the_turn_limit_or_an_unparseable_move_and_a_move_that_changes_nothing_wastes_a_turn():
+@pytest.mark.asyncio
+async def test_rollouts_end_on_the_turn_limit_or_an_unparseable_move_and_a_move_that_changes_nothing_wastes_a_turn():
     env = Twenty48Environment(target_tile=2048, max_turns=5)
     row = env.scenarios("val")[1]
     heuristic = ScriptedModel(lambda board: format_move(choose_move(board, random.Random(0))))
-    limited = asyncio.run(env.rollout(heuristic, row, Sampling()))
+    limited = await env.rollout(heuristic, row, Sampling())
     assert limited.metadata == {
         "scenario_id": row["id"], "outcome": "turn_limit", "target_tile": 2048, "scorer_version": "1.0.0"
     }  # fmt: skip
@@ -210,7 +215,7 @@ def test_rollouts_end_on_the_turn_limit_or_an_unparseable_move_and_a_move_that_c
     def wasteful(board):  # a move that changes nothing whenever there is one
         return format_move(next((d for d in DIRECTIONS if not slide(board, d)[2]), "up"))
 
-    stubborn = asyncio.run(Twenty48Environment(max_turns=12).rollout(ScriptedModel(wasteful), row, Sampling()))
+    stubborn = await Twenty48Environment(max_turns=12).rollout(ScriptedModel(wasteful), row, Sampling())
     boards = [m["content"] for m in stubborn.messages_and_choices[0::2]]
     assert stubborn.metadata["outcome"] == "turn_limit" and not stubborn.metrics["invalid_move"]
     assert stubborn.metrics["turns"] == 12 and stubborn.metrics["wasted_moves"] == 12 - stubborn.metrics["moves"] > 0
@@ -221,27 +226,26 @@ def test_rollouts_end_on_the_turn_limit_or_an_unparseable_move_and_a_move_that_c
                     target_tile=128)  # fmt: skip
     assert stubborn.reward == pytest.approx(played - 0.02 * stubborn.metrics["wasted_moves"])
 
-    garbled = asyncio.run(Twenty48Environment().rollout(ScriptedModel(lambda b: "<move>north</move>"), row, Sampling()))
+    garbled = await Twenty48Environment().rollout(ScriptedModel(lambda b: "<move>north</move>"), row, Sampling())
     assert garbled.metadata["outcome"] == "invalid_move" and garbled.metrics["invalid_move"]
     assert -1.0 <= garbled.reward < 0.0 and garbled.metrics["turns"] == 1
 
 
-def test_an_untrained_policy_loses_on_its_first_garbled_reply(tmp_path):
+@pytest.mark.asyncio
+async def test_an_untrained_policy_loses_on_its_first_garbled_reply(tmp_path):
     from service.backends.embedded import EmbeddedBackend
 
-    async def scenario():
-        backend = EmbeddedBackend(path=tmp_path / "models", cache_dir=tmp_path / "cache", seed=0)
-        model = art.TrainableModel(name="policy", project="tests", base_model=TINY, base_path=str(tmp_path / "art"))
-        await model.register(backend)
-        try:
-            env = Twenty48Environment(target_tile=64, max_turns=3)
-            rows = env.scenarios("val")[:3]
-            rollouts = (env.rollout(model, row, Sampling(temperature=1.0, seed=i)) for i, row in enumerate(rows))
-            return await asyncio.gather(*rollouts)
-        finally:
-            await backend.close()
-
-    for trajectory in asyncio.run(scenario()):
+    backend = EmbeddedBackend(path=tmp_path / "models", cache_dir=tmp_path / "cache", seed=0)
+    model = art.TrainableModel(name="policy", project="tests", base_model=TINY, base_path=str(tmp_path / "art"))
+    await model.register(backend)
+    try:
+        env = Twenty48Environment(target_tile=64, max_turns=3)
+        rows = env.scenarios("val")[:3]
+        trajectories = await asyncio.gather(*(env.rollout(model, row, Sampling(temperature=1.0, seed=i))
+                                              for i, row in enumerate(rows)))  # fmt: skip
+    finally:
+        await backend.close()
+    for trajectory in trajectories:
         user, choice = trajectory.messages_and_choices
         assert user["role"] == "user" and len(user["content"]) == 31
         assert isinstance(choice, Choice) and choice.logprobs is not None
