@@ -46,7 +46,7 @@ def _is_section(annotation: Any) -> bool:
 
 
 def _nul_in(value: Any) -> str | None:
-    """Where NUL first appears in a JSON value, keys included: "" in the value itself, " at [...]" inside it; None
+    """Where a NUL is in a JSON value, keys included: "" in the value itself, " at [...]" inside it; None
     when nowhere. A loop with linked trails, not recursion or copied paths: nesting depth is the client's choice."""
     stack: list[tuple[Any, tuple | None]] = [(value, None)]  # (item, (its key, its parent's trail))
     while stack:

@@ -14,7 +14,7 @@ JOB_FIELDS = [
     ("model.name", {"environment": "math", "model": {"name": "de\x00mo"}}, ""),
     ("model.base_model", {"environment": "math", "model": {"base_model": "embedded/char\x00"}}, ""),
     ("reward.judge_model", {"environment": "math", "reward": {"mode": "ruler", "judge_model": "openai/j\x00"}}, ""),
-    ("reward.rubric", {"environment": "math", "reward": {"mode": "hybrid", "judge_model": "openai/j", "rubric": "\x00"}}, ""),
+    ("reward.rubric", {"environment": "math", "reward": {"mode": "ruler", "judge_model": "a/j", "rubric": "\x00"}}, ""),
     ("reward.grader", {"environment": "math", "reward": {"mode": "grader", "grader": {**GRADER, "reference": "\x00"}}},
      " at ['reference']"),
     ("reward.grader", {"environment": "math", "reward": {"mode": "grader", "grader": {**GRADER, "na\x00me": "x"}}},

@@ -59,7 +59,8 @@ def test_a_client_with_a_full_queue_gets_429_naming_the_limit_while_others_still
     detail = refused.json()["detail"]
     assert "tenant_max_queued_jobs" in detail and "3 jobs and evaluations queued" in detail
     assert "ARTSVC_TENANT_MAX_QUEUED_JOBS=3" in detail
-    assert client.post("/v1/evaluations", json={"model": {"litellm": BASELINE}, **MATH}, headers=flooder).status_code == 429
+    again = client.post("/v1/evaluations", json={"model": {"litellm": BASELINE}, **MATH}, headers=flooder)
+    assert again.status_code == 429
 
     assert client.post("/v1/jobs", json=MATH, headers=auth()).status_code == 201  # another tenant is not held up
     operator = auth(Role.operator)
@@ -104,10 +105,11 @@ def test_parallel_submissions_of_one_client_never_overfill_its_queue(live_server
 @pytest.mark.parametrize(
     ("training", "message"),
     [
-        ({"max_steps": 51}, "training.max_steps: 51 is over this server's limit of 50 steps per job (ARTSVC_MAX_STEPS_PER_JOB)"),
+        ({"max_steps": 51},
+         "training.max_steps: 51 is over this server's limit of 50 steps per job (ARTSVC_MAX_STEPS_PER_JOB)"),
         ({"max_steps": 50, "groups_per_step": 8, "group_size": 8},
-         "training: max_steps x groups_per_step x group_size is 3200 rollouts, over this server's limit of 1000 per job "
-         "(ARTSVC_MAX_ROLLOUTS_PER_JOB)"),
+         "training: max_steps x groups_per_step x group_size is 3200 rollouts, over this server's limit of 1000 "
+         "per job (ARTSVC_MAX_ROLLOUTS_PER_JOB)"),
     ],
     ids=["steps", "rollouts"],
 )  # fmt: skip
@@ -126,8 +128,10 @@ def test_client_tokens_use_only_the_backends_the_operator_allows(serve, auth):
     client = serve(client_backends=["embedded"], client_base_models=["*"])
     refused = client.post("/v1/jobs", json=serverless, headers=auth())
     assert refused.status_code == 422
-    assert refused.json()["detail"] == ("model.backend: 'serverless' is not a backend this server lets client tokens use; "
-                                        "allowed: embedded (the operator sets ARTSVC_CLIENT_BACKENDS)")  # fmt: skip
+    assert refused.json()["detail"] == (
+        "model.backend: 'serverless' is not a backend this server lets client tokens use; allowed: embedded "
+        "(the operator sets ARTSVC_CLIENT_BACKENDS)"
+    )
     assert client.post("/v1/jobs", json=serverless, headers=auth(Role.operator)).status_code == 201
     opened = serve(client_backends=["embedded", "serverless"], client_base_models=["*"])
     assert opened.post("/v1/jobs", json=serverless, headers=auth()).status_code == 201
@@ -142,13 +146,15 @@ def test_client_tokens_use_the_recommended_base_model_unless_the_operator_lists_
     assert client.post("/v1/jobs", json=named, headers=auth()).status_code == 201  # the environment's own choice
     refused = client.post("/v1/jobs", json={**MATH, "model": {"base_model": tiny}}, headers=auth())
     assert refused.status_code == 422
-    assert refused.json()["detail"] == ("model.base_model: 'embedded/char-gpt-0.2m' is not a base model this server lets "
-                                        "client tokens use; allowed: embedded/char-gpt-0.8m "
-                                        "(the operator sets ARTSVC_CLIENT_BASE_MODELS)")  # fmt: skip
-    assert client.post("/v1/jobs", json={**MATH, "model": {"base_model": tiny}}, headers=auth(Role.operator)).status_code == 201
-    listed = serve(client_base_models=[tiny])
-    assert listed.post("/v1/jobs", json={**MATH, "model": {"base_model": tiny}}, headers=auth()).status_code == 201
+    assert refused.json()["detail"] == (
+        "model.base_model: 'embedded/char-gpt-0.2m' is not a base model this server lets client tokens use; "
+        "allowed: embedded/char-gpt-0.8m (the operator sets ARTSVC_CLIENT_BASE_MODELS)"
+    )
+    tiny_job = {**MATH, "model": {"base_model": tiny}}
+    assert client.post("/v1/jobs", json=tiny_job, headers=auth(Role.operator)).status_code == 201
+    assert serve(client_base_models=[tiny]).post("/v1/jobs", json=tiny_job, headers=auth()).status_code == 201
     anything = serve(client_base_models=["*"])
     local = {**MATH, "model": {"backend": "local", "base_model": "Qwen/Qwen2.5-0.5B-Instruct"}}
     assert anything.post("/v1/jobs", json=local, headers=auth()).status_code == 422  # the backend is still refused
-    assert serve(client_base_models=["*"], client_backends=["local"]).post("/v1/jobs", json=local, headers=auth()).status_code == 201
+    opened = serve(client_base_models=["*"], client_backends=["local"])
+    assert opened.post("/v1/jobs", json=local, headers=auth()).status_code == 201

@@ -22,7 +22,9 @@ def _submit(engine, count: int = 1) -> list[str]:
     return [submit(engine, {"environment": "math"}) for _ in range(count)]  # one transaction each, in order
 
 
-def _claim(engine, worker_id: str, lease_seconds: float = 60, *, max_running: int = 2, max_attempts: int = 3) -> Job | None:
+def _claim(
+    engine, worker_id: str, lease_seconds: float = 60, *, max_running: int = 2, max_attempts: int = 3
+) -> Job | None:
     with Session(engine, expire_on_commit=False) as session:
         job = leases.claim_next(session, worker_id=worker_id, lease_seconds=lease_seconds,
                                 max_running_per_tenant=max_running, max_attempts=max_attempts)  # fmt: skip
