@@ -112,8 +112,11 @@ def differences(baseline: dict[str, Any], candidate: dict[str, Any]) -> list[dic
 
 def base_model_for(spec: JobSpec, env: Environment) -> str:
     """The job's base model, or the embedded architecture the environment recommends."""
-    if spec.model.base_model is not None:
-        return spec.model.base_model
+    return spec.model.base_model if spec.model.base_model is not None else recommended_base_model(env)
+
+
+def recommended_base_model(env: Environment) -> str:
+    """The embedded architecture a job on ``env`` gets when it names none."""
     return getattr(env, "embedded_base_model", None) or DEFAULT_BASE_MODEL
 
 

@@ -3,9 +3,21 @@ so ``{"environment": "math"}`` is a complete job."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 # The embedded backend's default architecture, named here as a plain string so that importing the spec (the API,
 # `artsvc submit`) does not import torch; tests/service/test_spec_defaults.py checks it matches
@@ -16,6 +28,46 @@ LITELLM_MODEL_PATTERN = r"^[A-Za-z0-9_.-]+/\S+$"  # provider/model, as litellm n
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)  # JSON types as given
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_nul(cls, value: Any, info: ValidationInfo) -> Any:
+        """No text a client sends may hold NUL: SQLite would store it and PostgreSQL refuse it later (a 500). A
+        section's own fields say it of themselves, so the error names the innermost field."""
+        if _is_section(cls.model_fields[info.field_name].annotation):
+            return value
+        if (where := _nul_in(value)) is not None:
+            raise PydanticCustomError("nul_character", "holds a NUL character (\\x00){where}", {"where": where})
+        return value
+
+
+def _is_section(annotation: Any) -> bool:
+    return any(isinstance(a, type) and issubclass(a, _Section) for a in (annotation, *get_args(annotation)))
+
+
+def _nul_in(value: Any) -> str | None:
+    """Where a NUL is in a JSON value, keys included: "" in the value itself, " at [...]" inside it; None
+    when nowhere. A loop with linked trails, not recursion or copied paths: nesting depth is the client's choice."""
+    stack: list[tuple[Any, tuple | None]] = [(value, None)]  # (item, (its key, its parent's trail))
+    while stack:
+        item, trail = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return _render(trail)
+        elif isinstance(item, dict):
+            stack.extend((part, (key, trail)) for key, v in item.items() for part in (v, key))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((part, (i, trail)) for i, part in enumerate(item))
+    return None
+
+
+def _render(trail: tuple | None, limit: int = 8) -> str:
+    keys: list[Any] = []
+    while trail is not None:
+        key, trail = trail
+        keys.append(key)
+    shown = "".join(f"[{key!r}]" for key in reversed(keys[:limit]))
+    return f" at {'...' if len(keys) > limit else ''}{shown}" if keys else ""
 
 
 class ModelSpec(_Section):

@@ -86,7 +86,7 @@ class Job(SQLModel, table=True):
     cancel_requested: bool = False
     worker_id: str | None = Field(default=None, max_length=64, description="The worker holding the lease.")
     lease_expires_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime()))
-    attempts: int = Field(default=0, description="How many times a worker has claimed the job.")
+    attempts: int = Field(default=0, description="Claims of the job by workers, less those released at shutdown.")
     step: int = 0
     step0_val_accuracy: float | None = None
     best_val_accuracy: float | None = None

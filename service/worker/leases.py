@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import ColumnElement, and_, func, or_, update
+from sqlalchemy import ColumnElement, ScalarSelect, and_, case, func, or_, update
+from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, select
 
+from service.store import runs
 from service.store.events import append_event
-from service.store.tables import Job, JobStatus, WorkerRecord, utcnow
+from service.store.tables import ApiToken, Job, JobStatus, Role, StopReason, WorkerRecord, utcnow
 
 CLAIM_TRIES = 3  # on SQLite a lost race leaves this session holding the write lock, so the next look settles it
 
@@ -37,28 +39,44 @@ def _claimable(now: datetime) -> ColumnElement[bool]:
     return or_(col(Job.status) == JobStatus.queued, and_(col(Job.status) == JobStatus.running, expired))
 
 
-def claim_next(session: Session, *, worker_id: str, lease_seconds: float) -> Job | None:
-    """Claim the oldest claimable job for ``worker_id`` (running, leased, attempts + 1), or None.
+def claim_next(
+    session: Session, *, worker_id: str, lease_seconds: float, max_running_per_tenant: int, max_attempts: int
+) -> Job | None:
+    """Claim a job for ``worker_id`` (running, leased, attempts + 1), or None: of the tenants with claimable jobs,
+    the one running the fewest now, its oldest job. A client tenant running ``max_running_per_tenant`` jobs waits;
+    operators' jobs and local ones (``artsvc train``, local mode) are not capped. Claimable jobs already claimed
+    ``max_attempts`` times fail instead (``give_up_exhausted``).
 
-    The oldest candidate is read ``FOR UPDATE SKIP LOCKED`` (PostgreSQL locks it and other claimers
-    pass over it; SQLite ignores the clause), then updated only if it is still claimable: on SQLite,
-    which has no row locks, that conditional UPDATE is what keeps two processes from both winning.
+    The candidate is read ``FOR UPDATE SKIP LOCKED`` (PostgreSQL locks it and other claimers pass over it; SQLite
+    ignores the clause), then updated only if it is still claimable and its tenant still under its cap: on SQLite,
+    which has no row locks, that conditional UPDATE (under the database's write lock) is what keeps two processes
+    from both winning; on PostgreSQL the tenant's token row is locked first, so claimers of one tenant count in turn.
     """
+    give_up_exhausted(session, max_attempts=max_attempts)
     for _ in range(CLAIM_TRIES):
         now = database_now(session)
-        oldest = (
-            select(Job.id)
-            .where(_claimable(now))
-            .order_by(col(Job.created_at), col(Job.id))
+        running, clients = _running_by_tenant(session, now)
+        capped = [owner for owner in clients if running[owner] >= max_running_per_tenant]
+        fewest_running_first = [case(running, value=col(Job.owner_id), else_=0)] if running else []
+        candidate = (
+            select(Job.id, Job.owner_id, ApiToken.role)
+            .outerjoin(ApiToken, col(ApiToken.id) == col(Job.owner_id))
+            .where(_claimable(now), col(Job.owner_id).not_in(capped))
+            .order_by(*fewest_running_first, col(Job.created_at), col(Job.id))
             .limit(1)
-            .with_for_update(skip_locked=True)
+            .with_for_update(skip_locked=True, of=Job)
         )
-        job_id = session.exec(oldest).first()
-        if job_id is None:
+        found = session.exec(candidate).first()
+        if found is None:
             return None
+        job_id, owner_id, role = found
+        conditions = [col(Job.id) == job_id, _claimable(now)]
+        if role == Role.client:  # lock its token row (SQLite ignores FOR UPDATE: its UPDATE below locks everything)
+            session.exec(select(ApiToken.id).where(col(ApiToken.id) == owner_id).with_for_update())
+            conditions.append(_running_of(owner_id, now) < max_running_per_tenant)
         claim = (
             update(Job)
-            .where(col(Job.id) == job_id, _claimable(now))
+            .where(*conditions)
             .values(
                 status=JobStatus.running,
                 worker_id=worker_id,
@@ -70,6 +88,51 @@ def claim_next(session: Session, *, worker_id: str, lease_seconds: float) -> Job
         if session.exec(claim).rowcount == 1:
             return session.get(Job, job_id, populate_existing=True)
     return None
+
+
+def give_up_exhausted(session: Session, *, max_attempts: int) -> list[str]:
+    """Fail every claimable job already claimed ``max_attempts`` times (status failed, stop reason error, a
+    ``finished`` event), so that a job which kills its worker is not retried forever; their ids."""
+    now = database_now(session)
+    exhausted = _claimable(now), col(Job.attempts) >= max_attempts
+    failed = []
+    for job_id in session.exec(select(Job.id).where(*exhausted).with_for_update(skip_locked=True)).all():
+        mark = update(Job).where(col(Job.id) == job_id, *exhausted).values(status=JobStatus.failed)
+        if session.exec(mark.execution_options(synchronize_session=False)).rowcount != 1:
+            continue  # another claimer failed it first
+        job = session.get(Job, job_id, populate_existing=True)
+        error = (f"gave up after {job.attempts} attempts: each time its worker died or lost the lease before the "
+                 "job ended (ARTSVC_MAX_ATTEMPTS)")  # fmt: skip
+        runs.finish_job(session, job=job, status=JobStatus.failed, stop_reason=StopReason.error, error=error,
+                        best_step=job.best_step, best_val_accuracy=job.best_val_accuracy,
+                        step0_val_accuracy=job.step0_val_accuracy)  # fmt: skip
+        failed.append(job_id)
+    return failed
+
+
+def _held(jobs: type[Job], now: datetime) -> tuple[ColumnElement[bool], ...]:
+    """Running under a live lease: what counts against a tenant's running cap (a baseline evaluation, run without a
+    lease inside its training job, does not count twice)."""
+    return col(jobs.status) == JobStatus.running, col(jobs.lease_expires_at) >= now
+
+
+def _running_by_tenant(session: Session, now: datetime) -> tuple[dict[str, int], set[str]]:
+    """Jobs running now per owner, and which of those owners are client tokens (the capped ones)."""
+    query = (
+        select(Job.owner_id, func.count(), ApiToken.role)
+        .outerjoin(ApiToken, col(ApiToken.id) == col(Job.owner_id))
+        .where(*_held(Job, now))
+        .group_by(col(Job.owner_id), col(ApiToken.role))
+    )
+    rows = session.exec(query).all()
+    return {owner: count for owner, count, _ in rows}, {owner for owner, _, role in rows if role == Role.client}
+
+
+def _running_of(owner_id: str, now: datetime) -> ScalarSelect[int]:
+    """How many jobs ``owner_id`` runs now, read when the claiming UPDATE runs."""
+    others = aliased(Job)
+    mine = col(others.owner_id) == owner_id, *_held(others, now)
+    return select(func.count()).select_from(others).where(*mine).scalar_subquery()
 
 
 def _held_by(job_id: str, worker_id: str) -> tuple[ColumnElement[bool], ...]:
@@ -89,14 +152,15 @@ def renew(session: Session, *, job_id: str, worker_id: str, lease_seconds: float
 
 
 def release(session: Session, *, job_id: str, worker_id: str) -> bool:
-    """Give a running job back to the queue (graceful shutdown) so another worker resumes it at once.
+    """Give a running job back to the queue (graceful shutdown) so another worker resumes it at once; the claim is
+    given back too, so rolling restarts do not use up the job's ``max_attempts``.
 
     False, changing nothing, if ``worker_id`` no longer holds it.
     """
     give_back = (
         update(Job)
         .where(*_held_by(job_id, worker_id))
-        .values(status=JobStatus.queued, worker_id=None, lease_expires_at=None)
+        .values(status=JobStatus.queued, worker_id=None, lease_expires_at=None, attempts=col(Job.attempts) - 1)
         .execution_options(synchronize_session=False)
     )
     if session.exec(give_back).rowcount != 1:

@@ -93,7 +93,9 @@ class Worker:
     async def _claim(self) -> Job | None:
         asked = time.monotonic()
         try:
-            job = await self._db(leases.claim_next, worker_id=self.id, lease_seconds=self.settings.lease_seconds)
+            job = await self._db(leases.claim_next, worker_id=self.id, lease_seconds=self.settings.lease_seconds,
+                                 max_running_per_tenant=self.settings.tenant_max_running_jobs,
+                                 max_attempts=self.settings.max_attempts)  # fmt: skip
         except SQLAlchemyError as exc:
             log.warning("worker %s cannot claim jobs: %s", self.id, exc)
             return None

@@ -19,12 +19,14 @@ from service.settings import Settings
 from service.store.tables import Role
 
 MAX_BODY_BYTES = 16 * 1024  # the tests' body limit, small enough to pass cheaply
+TINY_BASE_MODEL = "embedded/char-gpt-0.2m"  # the smallest policy, which tests train with client tokens too
 
 
 @pytest.fixture
 def settings(database_url, tmp_path) -> Settings:
     data_dir = tmp_path / "data"
-    return Settings(_env_file=None, database_url=database_url, data_dir=data_dir, max_body_bytes=MAX_BODY_BYTES)
+    return Settings(_env_file=None, database_url=database_url, data_dir=data_dir, max_body_bytes=MAX_BODY_BYTES,
+                    client_base_models=[TINY_BASE_MODEL])  # fmt: skip
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query
 from sqlmodel import Session
 
+from service import tenancy
 from service.api.deps import CallerDep, SessionDep, SettingsDep, visible_job
 from service.api.errors import ErrorBody
 from service.api.schemas import ComparisonPublic, EvaluationList, EvaluationPublic, ExampleResultList, ExampleResultPublic
@@ -25,11 +26,15 @@ MAX_STEP = 2**31 - 1
 @router.post(
     "/evaluations",
     status_code=201,
-    responses={409: {"model": ErrorBody, "description": "The evaluated job has not ended."}},
+    responses={
+        409: {"model": ErrorBody, "description": "The evaluated job has not ended."},
+        429: {"model": ErrorBody, "description": "The token has as many jobs queued as this server allows."},
+    },
 )
 def submit_evaluation(spec: EvaluationSpec, session: SessionDep, caller: CallerDep, settings: SettingsDep) -> EvaluationPublic:
     """Queue an evaluation: a job's checkpoint (its best step unless `step` is given) or a litellm model the
-    operator allows, on a split, with `n` samples per example (best-of-N selection above 1)."""
+    operator allows, on a split, with `n` samples per example (best-of-N selection above 1). A client token may have
+    as many jobs and evaluations queued as the operator allows (429 beyond)."""
     if isinstance(spec.model, CheckpointModel):
         evaluated = visible_job(session, caller=caller, job_id=spec.model.job_id)
         if evaluated.status in (JobStatus.queued, JobStatus.running):
@@ -38,6 +43,10 @@ def submit_evaluation(spec: EvaluationSpec, session: SessionDep, caller: CallerD
         resolved = resolve(session, spec, settings)
     except EvaluationError as exc:
         raise HTTPException(422, str(exc)) from None
+    tenancy.hold_queue(session, caller=caller)
+    if (refusal := tenancy.refuse_queue(session, caller=caller, settings=settings)) is not None:
+        session.rollback()
+        raise HTTPException(429, refusal, tenancy.RETRY_LATER)
     job = runs.create_evaluation(session, spec=spec, environment=resolved.env.name, owner_id=caller.id)
     job.manifest = manifest_for(spec, resolved)
     session.commit()

@@ -10,7 +10,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
 import environments
-from service import manifests
+from service import manifests, tenancy
 from service.api.deps import CallerDep, SessionDep, SettingsDep, visible_job
 from service.api.errors import ErrorBody
 from service.api.schemas import (
@@ -25,6 +25,7 @@ from service.api.schemas import (
     ValidationPublic,
 )
 from service.auth import Principal
+from service.settings import Settings
 from service.spec import JobSpec
 from service.store import jobs, runs
 from service.store.tables import Job, JobStatus
@@ -45,6 +46,7 @@ REPLAYED = {"description": "`true` when an earlier request with this key made th
             "headers": {"Idempotent-Replayed": REPLAYED},
         },
         409: {"model": ErrorBody, "description": "The idempotency key was used with a different spec."},
+        429: {"model": ErrorBody, "description": "The token has as many jobs queued as this server allows."},
     },
 )
 def submit_job(
@@ -62,7 +64,8 @@ def submit_job(
     ] = None,
 ) -> JobPublic:
     """Queue a training job. A retry with the same `Idempotency-Key` returns the first job (with header
-    `Idempotent-Replayed: true`); the same key with a different spec is refused with 409."""
+    `Idempotent-Replayed: true`); the same key with a different spec is refused with 409. A client token is held to
+    the backends, base models and queue length the operator allows (422, 429); every token to the per-job limits."""
     if spec.environment not in installed_environments():
         names = ", ".join(installed_environments()) or "none"
         raise HTTPException(422, f"environment: unknown environment {spec.environment!r}; installed: {names}")
@@ -75,7 +78,9 @@ def submit_job(
     if spec.validation.baseline_model is not None:
         if (refusal := settings.refuse_baseline(spec.validation.baseline_model, field="validation.baseline_model")) is not None:
             raise HTTPException(422, refusal)
-    job, replayed = _create_once(session, spec=spec, caller=caller, key=idempotency_key, env=env)
+    if (refusal := tenancy.refuse_job(spec, env, caller=caller, settings=settings)) is not None:
+        raise HTTPException(422, refusal)
+    job, replayed = _create_once(session, spec=spec, caller=caller, settings=settings, key=idempotency_key, env=env)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return JobPublic.model_validate(job)
@@ -164,12 +169,24 @@ def installed_environments() -> tuple[str, ...]:
 
 
 def _create_once(
-    session: Session, *, spec: JobSpec, caller: Principal, key: str | None, env: environments.Environment
+    session: Session,
+    *,
+    spec: JobSpec,
+    caller: Principal,
+    settings: Settings,
+    key: str | None,
+    env: environments.Environment,
 ) -> tuple[Job, bool]:
-    """A new queued job with its manifest, committed; or the job an earlier request with the same key made (and True)."""
+    """A new queued job with its manifest, committed; or the job an earlier request with the same key made (and True):
+    a replay is never refused for a full queue."""
     digest = jobs.request_hash(spec)
+    tenancy.hold_queue(session, caller=caller)  # until this transaction ends: a concurrent twin of this request waits
     if (earlier := _earlier(session, caller=caller, key=key, digest=digest)) is not None:
+        session.commit()
         return earlier, True
+    if (refusal := tenancy.refuse_queue(session, caller=caller, settings=settings)) is not None:
+        session.rollback()
+        raise HTTPException(429, refusal, tenancy.RETRY_LATER)
     job = runs.create_job(session, spec=spec, owner_id=caller.id, idempotency_key=key, request_hash=digest)
     job.manifest = manifests.training_manifest(spec, env)  # the worker writes it again when the job starts
     try:
