@@ -1,13 +1,18 @@
 """Liveness for load balancers and metrics for Prometheus; neither needs a token.
 
 ``/healthz`` answers 503 only when the database cannot be reached (nothing works then); with no live
-worker it answers 200 ``degraded``: the API serves, but queued jobs wait.
+worker it answers 200 ``degraded``: the API serves, but queued jobs wait. It stays answerable under a
+flood: it passes the request cap on an allowance of its own (service/api/overload.py), checks the
+database on a thread and a connection of its own (``app.state.health_engine``) rather than queueing
+behind the requests' threads and connections.
 """
 
 from __future__ import annotations
 
 import logging
+from functools import partial
 
+import anyio
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.engine import Engine
@@ -19,15 +24,18 @@ from service.store import stats
 
 router = APIRouter(tags=["health"])
 logger = logging.getLogger(__name__)
+HEALTH_THREADS = anyio.CapacityLimiter(1)  # checks take a millisecond: one at a time, apart from the requests'
 
 
 @router.get(
     "/healthz",
     responses={503: {"model": HealthPublic, "description": "The database cannot be reached."}},
 )
-def healthz(request: Request, response: Response) -> HealthPublic:
+async def healthz(request: Request, response: Response) -> HealthPublic:
     """Whether the database answers and any worker is alive to train queued jobs."""
-    health = check_health(request.app.state.engine, lease_seconds=request.app.state.settings.lease_seconds)
+    state = request.app.state
+    check = partial(check_health, state.health_engine, lease_seconds=state.settings.lease_seconds)
+    health = await anyio.to_thread.run_sync(check, limiter=HEALTH_THREADS)
     if health.status == "unavailable":
         response.status_code = 503
     return health

@@ -22,7 +22,7 @@ from fastapi.security import HTTPAuthorizationCredentials
 from fastapi.templating import Jinja2Templates
 
 from service.api import dashboard
-from service.api.deps import TOKEN_COOKIE, SessionDep, SettingsDep, bearer, get_caller, visible_job
+from service.api.deps import TOKEN_COOKIE, EngineDep, SessionDep, SettingsDep, bearer, get_caller, visible_job
 from service.auth import Principal, authenticate
 from service.store import alerts_query, jobs, runs
 from service.store import dashboard as dashboard_store
@@ -48,12 +48,12 @@ templates.env.filters["num"] = lambda value, digits=3: "–" if value is None el
 def page_caller(
     request: Request,
     settings: SettingsDep,
-    session: SessionDep,
+    engine: EngineDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Principal | None:
     """The caller exactly as the API sees it (local mode, bearer header, login cookie), or None: log in first."""
     try:
-        return get_caller(request=request, settings=settings, session=session, credentials=credentials)
+        return get_caller(request=request, settings=settings, engine=engine, credentials=credentials)
     except HTTPException:
         return None
 
