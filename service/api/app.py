@@ -2,7 +2,15 @@
 
 ``create_app`` refuses to start against an unmigrated database (StoreError saying to run
 ``artsvc db upgrade``). With ``run_worker`` the app trains jobs in-process (the embedded
-default of ``artsvc serve``); otherwise separate ``artsvc worker`` processes do.
+default of ``artsvc serve``), on an engine of its own so a flood of requests cannot starve its
+writes; otherwise separate ``artsvc worker`` processes do.
+
+Connections and threads are sized together: the pool holds ``db_pool_size + db_max_overflow``
+connections and sync routes and dependencies run on as many threads (anyio's default limiter, set
+at startup), so a request thread normally finds a connection; ``/healthz`` has a connection of its
+own, so a busy pool never makes the server look dead. Requests past
+``max_concurrent_requests`` get 503 at once (service/api/overload.py), live event streams have
+caps of their own (service/api/routes/events.py).
 """
 
 from __future__ import annotations
@@ -11,11 +19,12 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio.to_thread
 from fastapi import FastAPI
 from sqlalchemy.engine import Engine
 
 from service import __version__
-from service.api import errors, limits, metrics
+from service.api import errors, limits, metrics, overload
 from service.api.routes import alerts, curves, environments, evaluations, events, health, jobs, ui
 from service.settings import Settings, get_settings
 from service.store import db as store_db
@@ -23,24 +32,36 @@ from service.store import db as store_db
 
 def create_app(settings: Settings | None = None, *, engine: Engine | None = None, run_worker: bool = False) -> FastAPI:
     settings = settings or get_settings()
-    engine = engine or store_db.make_engine(settings.resolved_database_url)
+    engine = engine or store_db.make_engine(
+        settings.resolved_database_url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+        pool_timeout_s=settings.db_pool_timeout_s,
+    )
     store_db.check_migrated(engine)
+    url = engine.url.render_as_string(hide_password=False)
+    health_engine = store_db.make_engine(url, pool_size=1, max_overflow=0, pool_timeout_s=settings.db_pool_timeout_s)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.db_pool_size + settings.db_max_overflow
         if not run_worker:
             yield
+            health_engine.dispose()
             return
         from service.worker import Worker  # imports torch and ART: only when this process trains
 
+        worker_engine = store_db.make_engine(url)
         stop = asyncio.Event()
-        task = asyncio.create_task(Worker(engine, settings).run(stop))
+        task = asyncio.create_task(Worker(worker_engine, settings).run(stop))
         app.state.worker_task = task
         try:
             yield
         finally:
             stop.set()
             await task
+            worker_engine.dispose()
+            health_engine.dispose()
 
     app = FastAPI(
         title="artsvc",
@@ -50,9 +71,15 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     )
     app.state.settings = settings
     app.state.engine = engine
+    app.state.health_engine = health_engine
+    app.state.stream_slots = events.StreamSlots(
+        max_streams=settings.max_event_streams, max_per_caller=settings.max_event_streams_per_tenant
+    )
     errors.install(app)
     metrics.install(app)
     app.add_middleware(limits.BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(overload.InFlightLimit, max_requests=settings.max_concurrent_requests)  # outermost: first
     for module in (jobs, evaluations, events, alerts, curves, environments, health, ui):
         app.include_router(module.router)
     return app
+

@@ -26,8 +26,12 @@ FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data", "text/
 def same_origin(request: Request) -> bool:
     """Whether a request comes from this server's own pages: its Origin, or without one its Referer, names this host
     and port. Neither: False (browsers name the Origin of every cross-site POST; our pages also send a Referer)."""
-    source = request.headers.get("origin") or request.headers.get("referer")
+    source = _source(request)
     return source is not None and urlsplit(source).netloc == request.headers.get("host")
+
+
+def _source(request: Request) -> str | None:
+    return request.headers.get("origin") or request.headers.get("referer")
 
 
 def cookie_caller(request: Request, session: Session) -> Principal:
@@ -40,6 +44,14 @@ def cookie_caller(request: Request, session: Session) -> Principal:
         detail = "the dashboard session expired or was logged out; log in again at /ui/login"
         raise HTTPException(401, detail, {"WWW-Authenticate": "Bearer"})
     return principal
+
+
+def refuse_cross_site(request: Request) -> None:
+    """403 for a state change that names another site as its Origin (or Referer). For local mode, which has no
+    credential to check: a page open in the same browser could otherwise drive the local server with a form. A
+    request naming no origin (the CLI, curl) is not a browser's cross-site request and passes."""
+    if request.method not in SAFE_METHODS and _source(request) is not None and not same_origin(request):
+        raise HTTPException(403, f"cross-site request refused: its Origin is {_source(request)[:200]!r}, not this server")
 
 
 def set_session_cookie(response: Response, *, request: Request, settings: Settings, secret: str) -> None:
@@ -56,7 +68,7 @@ def clear_session_cookie(response: Response, *, request: Request, settings: Sett
 
 def _refuse_forgery(request: Request) -> None:
     if not same_origin(request):
-        source = request.headers.get("origin") or request.headers.get("referer")
+        source = _source(request)
         named = f"its Origin is {source[:200]!r}" if source else "it names no Origin or Referer"
         raise HTTPException(
             403,

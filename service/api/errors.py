@@ -2,7 +2,8 @@
 
 ``install`` registers the handlers and documents the shape as every operation's ``4XX`` response,
 so the OpenAPI schema promises what the handlers send. Unexpected exceptions answer a generic
-500 (the server logs the traceback); an unreachable store answers 503.
+500 (the server logs the traceback); an unreachable store, or no free database connection within
+the pool's wait (overload), answers 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
@@ -49,6 +51,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(OperationalError, _store_unavailable)
+    app.add_exception_handler(PoolTimeout, _no_free_connection)
     app.add_exception_handler(Exception, _unexpected)
 
 
@@ -121,6 +124,17 @@ def _allowed_methods(request: Request) -> set[str]:
 async def _store_unavailable(request: Request, exc: OperationalError) -> JSONResponse:
     logger.error("store unavailable on %s %s: %s", request.method, request.url.path, exc.orig or exc)
     return _json(503, ErrorBody(detail="the store is unavailable; try again shortly"), {"Retry-After": "5"})
+
+
+async def _no_free_connection(request: Request, exc: PoolTimeout) -> JSONResponse:
+    settings = request.app.state.settings
+    wait, connections = settings.db_pool_timeout_s, settings.db_pool_size + settings.db_max_overflow
+    logger.warning("no free database connection for %s %s within %s s", request.method, request.url.path, wait)
+    detail = (
+        f"the server is busy: no database connection free within {wait} s "
+        f"(ARTSVC_DB_POOL_SIZE + ARTSVC_DB_MAX_OVERFLOW = {connections}); retry shortly"
+    )
+    return _json(503, ErrorBody(detail=detail), {"Retry-After": "1"})
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -1,7 +1,11 @@
 """A cap on request body size, so no client can make the API buffer an unbounded upload.
 
-A declared ``Content-Length`` past the limit is refused before anything is read; a body without
-one (chunked) is counted as it streams in and refused the moment it passes the limit.
+A declared ``Content-Length`` past the limit is refused before the body reaches the app; a body
+without one (chunked) is counted as it streams in and refused the moment it passes the limit.
+Either way the 413 says ``Connection: close``, and up to ``DRAIN_BYTES`` of the rest of the body is
+read and discarded first: a connection closed with a client's bytes still arriving is reset, and
+the client, still sending, would see the reset instead of the 413 (on a reused keep-alive
+connection too). A body larger still is cut off there.
 """
 
 from __future__ import annotations
@@ -13,9 +17,24 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
+DRAIN_BYTES = 4 * 1024 * 1024  # read and dropped after a refusal, so the client reads the 413 (see above)
+
+
 class BodyTooLarge(HTTPException):
     def __init__(self, max_bytes: int) -> None:
-        super().__init__(413, f"request body larger than the limit of {max_bytes} bytes")
+        detail = f"request body larger than the limit of {max_bytes} bytes (ARTSVC_MAX_BODY_BYTES)"
+        super().__init__(413, detail, headers={"Connection": "close"})  # the rest of the body is not read
+
+
+async def drain(receive: Receive, *, budget: int = DRAIN_BYTES) -> None:
+    """Read and discard the rest of a request body, up to ``budget`` bytes."""
+    while budget > 0:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        budget -= len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
 
 
 class BodySizeLimit:
@@ -34,6 +53,7 @@ class BodySizeLimit:
             await self._refuse(send, HTTPException(400, "invalid Content-Length header"))
             return
         if declared is not None and int(declared) > self.max_bytes:
+            await drain(receive)
             await self._refuse(send, BodyTooLarge(self.max_bytes))
             return
 
@@ -46,6 +66,8 @@ class BodySizeLimit:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
+                    if message.get("more_body", False):
+                        await drain(receive)
                     raise BodyTooLarge(self.max_bytes)  # FastAPI re-raises HTTPException; the error handler answers
             return message
 
@@ -67,7 +89,7 @@ class BodySizeLimit:
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
-            (b"connection", b"close"),  # the unread body makes the connection unusable
+            (b"connection", b"close"),  # the body is not read (past DRAIN_BYTES): the connection is unusable
         ]
         await send({"type": "http.response.start", "status": exc.status_code, "headers": headers})
         await send({"type": "http.response.body", "body": body})

@@ -2,12 +2,16 @@
 
 SQLite gets WAL and a busy timeout so a reader never blocks the training loop; any other
 SQLAlchemy URL (PostgreSQL in production) is used as given. The schema is Alembic's alone.
+
+The pool is bounded and its wait short: a request that finds no free connection fails fast (the API
+answers 503) instead of queueing for half a minute. The API sizes its request threads to the pool
+(service/api/app.py), so a connection is normally free for every thread.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import Engine, make_url
@@ -24,18 +28,26 @@ class StoreError(RuntimeError):
     """The store cannot be used: unreachable, unwritable, or not migrated."""
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for ``url``; for SQLite the file's folder is created (clear error if it can't be)."""
+def make_engine(url: str, *, pool_size: int = 5, max_overflow: int = 10, pool_timeout_s: float = 30.0) -> Engine:
+    """An engine for ``url`` with at most ``pool_size + max_overflow`` connections, waiting ``pool_timeout_s``
+    for a free one (sqlalchemy.exc.TimeoutError beyond); for SQLite the file's folder is created (clear error if
+    it can't be). The defaults are SQLAlchemy's, for the command line; the API passes its settings."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+        return create_engine(
+            url, pool_pre_ping=True, pool_size=pool_size, max_overflow=max_overflow, pool_timeout=pool_timeout_s
+        )
+    pool: dict[str, Any] = {}  # an in-memory database lives in one connection: SQLAlchemy's own pool for it
     if parsed.database and parsed.database != ":memory:":
         folder = Path(parsed.database).expanduser().resolve().parent
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"cannot create the database folder {folder}: {exc.strerror}") from None
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        # A SQLite connection is a file handle, not a server's slot: every connection the pool may open is kept
+        # (no overflow closed and reopened under load, re-running the pragmas); the same total and wait.
+        pool = {"pool_size": pool_size + max_overflow, "max_overflow": 0, "pool_timeout": pool_timeout_s}
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **pool)
 
     @event.listens_for(engine, "connect")
     def _sqlite_pragmas(dbapi_connection, _record) -> None:  # noqa: ANN001

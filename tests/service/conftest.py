@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 import uvicorn
@@ -54,16 +55,25 @@ def auth(engine) -> Callable[..., dict[str, str]]:
     return make
 
 
-@pytest.fixture
-def live_server(app) -> Iterator[str]:
-    """The app served by uvicorn on a free loopback port; yields its base URL."""
+@contextmanager
+def serve(app: FastAPI) -> Iterator[str]:
+    """``app`` served by uvicorn on a free loopback port, for the block; yields its base URL."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen()
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server.should_exit = True
-    thread.join()
-    sock.close()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join()
+        sock.close()
+
+
+@pytest.fixture
+def live_server(app) -> Iterator[str]:
+    """The app served by uvicorn on a free loopback port; yields its base URL."""
+    with serve(app) as base:
+        yield base

@@ -3,25 +3,32 @@
 The stream polls the store with a short session of its own each time (no connection is held between
 polls), sends each event with its id (what ``Last-Event-ID`` resumes from), pings while idle, and
 closes after an ``end`` event carrying the final job once the job ended and its ``finished`` event went out.
+Live streams are capped: ``max_event_streams`` in all (503 beyond) and ``max_event_streams_per_tenant``
+per caller (429 beyond), both with ``Retry-After``; a stream's slot is freed when it ends, however it ends.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+import threading
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated
 
 import anyio
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlmodel import Session
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
+from starlette.types import Receive, Scope, Send
 
 from service.api.deps import CallerDep, SessionDep, get_engine, visible_job
 from service.api.schemas import JobPublic
 from service.api.watch_schemas import MAX_ID, EventList, EventPublic
+from service.auth import Principal
 from service.store import jobs, runs
 from service.store.events import events_after
 
@@ -32,6 +39,7 @@ POLL_SECONDS = 0.5  # how soon a committed event reaches a stream
 PING_SECONDS = 10  # keep-alive comments on an idle stream, well within clients' read timeouts
 SEND_TIMEOUT_SECONDS = 30  # a client that reads nothing for this long is dropped
 BATCH = 500  # events read per poll; a full batch is followed by the next at once
+STREAM_RETRY_AFTER_S = 5  # streams last long: a slot frees more slowly than a request's
 
 STREAM = {
     "description": "A page of events, or with `Accept: text/event-stream` a live stream: each event as "
@@ -57,9 +65,11 @@ def job_events(
     job = visible_job(session, caller=caller, job_id=job_id, kind=None)  # an evaluation's too
     if "text/event-stream" in request.headers.get("accept", ""):
         session.close()  # the stream reads with short sessions of its own: hold no connection meanwhile
+        slots: StreamSlots = request.app.state.stream_slots
+        slots.take(caller)
         start = last_event_id if last_event_id is not None else after
         stream = event_stream(engine, job_id=job.id, after_id=start)
-        return EventSourceResponse(stream, ping=PING_SECONDS, send_timeout=SEND_TIMEOUT_SECONDS)
+        return SlotStream(stream, release=lambda: slots.give_back(caller))
     rows = events_after(session, job_id=job.id, after_id=after, limit=limit + 1)
     page = rows[:limit]
     return EventList(
@@ -70,11 +80,14 @@ def job_events(
 async def event_stream(engine: Engine, *, job_id: str, after_id: int) -> AsyncIterator[ServerSentEvent]:
     """Every event of the job after ``after_id`` as it is committed, then ``end`` with the final job.
 
-    A store that fails mid-stream closes the stream (the client reconnects from its last event id).
+    A store that fails mid-stream closes the stream (the client reconnects from its last event id); no free
+    connection (a busy server) only skips a poll.
     """
     while True:
         try:
             events, final = await run_in_threadpool(poll, engine, job_id=job_id, after_id=after_id)
+        except PoolTimeout:  # the server is busy: this poll is skipped, the stream goes on
+            events, final = [], None
         except SQLAlchemyError as exc:
             logger.warning("event stream of job %s lost the store: %s", job_id, exc)
             return
@@ -104,3 +117,50 @@ def poll(engine: Engine, *, job_id: str, after_id: int) -> tuple[list[ServerSent
             for row in rows
         ]
     return events, (final if len(rows) < BATCH else None)
+
+
+class StreamSlots:
+    """Live streams in all and per caller, counted from the route (a worker thread) to the stream's end."""
+
+    def __init__(self, *, max_streams: int, max_per_caller: int) -> None:
+        self.max_streams, self.max_per_caller = max_streams, max_per_caller
+        self.per_caller: Counter[str] = Counter()
+        self.lock = threading.Lock()
+
+    def take(self, caller: Principal) -> None:
+        """Count a new stream of ``caller``, or refuse it: 503 past the server's limit, 429 past the caller's."""
+        retry = {"Retry-After": str(STREAM_RETRY_AFTER_S)}
+        with self.lock:
+            if self.per_caller.total() >= self.max_streams:
+                detail = (
+                    f"the server is at its limit of {self.max_streams} live event streams (ARTSVC_MAX_EVENT_STREAMS); "
+                    "retry later, or read the events as JSON pages"
+                )
+                raise HTTPException(503, detail, retry)
+            if self.per_caller[caller.id] >= self.max_per_caller:
+                detail = (
+                    f"this token has {self.max_per_caller} live event streams open, the limit per caller "
+                    "(ARTSVC_MAX_EVENT_STREAMS_PER_TENANT); close one first"
+                )
+                raise HTTPException(429, detail, retry)
+            self.per_caller[caller.id] += 1
+
+    def give_back(self, caller: Principal) -> None:
+        with self.lock:
+            self.per_caller[caller.id] -= 1
+            if self.per_caller[caller.id] <= 0:
+                del self.per_caller[caller.id]
+
+
+class SlotStream(EventSourceResponse):
+    """An event stream that frees its slot when it ends: sent in full, dropped by the client, or cancelled."""
+
+    def __init__(self, content: AsyncIterator[ServerSentEvent], *, release: Callable[[], None]) -> None:
+        super().__init__(content, ping=PING_SECONDS, send_timeout=SEND_TIMEOUT_SECONDS)
+        self.release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.release()

@@ -1,16 +1,21 @@
 """Liveness for load balancers (no token) and metrics for Prometheus (an operator's token or ``metrics_token``).
 
 ``/healthz`` answers 503 only when the database cannot be reached (nothing works then); with no live
-worker it answers 200 ``degraded``: the API serves, but queued jobs wait. ``/metrics`` shows every
-tenant's activity in aggregate, so it is the operator's: a client token gets 403.
+worker it answers 200 ``degraded``: the API serves, but queued jobs wait. It stays answerable under a
+flood: it passes the request cap on an allowance of its own (service/api/overload.py), checks the
+database on a thread and a connection of its own (``app.state.health_engine``) rather than queueing
+behind the requests' threads and connections. ``/metrics`` shows every tenant's activity in aggregate,
+so it is the operator's: a client token gets 403.
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
+from functools import partial
 from typing import Annotated
 
+import anyio
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -18,21 +23,24 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
-from service.api.deps import SessionDep, SettingsDep, bearer, get_caller, require_operator
+from service.api.deps import EngineDep, SettingsDep, bearer, get_caller, require_operator
 from service.api.watch_schemas import DatabaseHealth, HealthPublic, WorkersHealth
 from service.store import stats
 
 router = APIRouter(tags=["health"])
 logger = logging.getLogger(__name__)
+HEALTH_THREADS = anyio.CapacityLimiter(1)  # checks take a millisecond: one at a time, apart from the requests'
 
 
 @router.get(
     "/healthz",
     responses={503: {"model": HealthPublic, "description": "The database cannot be reached."}},
 )
-def healthz(request: Request, response: Response) -> HealthPublic:
+async def healthz(request: Request, response: Response) -> HealthPublic:
     """Whether the database answers and any worker is alive to train queued jobs."""
-    health = check_health(request.app.state.engine, lease_seconds=request.app.state.settings.lease_seconds)
+    state = request.app.state
+    check = partial(check_health, state.health_engine, lease_seconds=state.settings.lease_seconds)
+    health = await anyio.to_thread.run_sync(check, limiter=HEALTH_THREADS)
     if health.status == "unavailable":
         response.status_code = 503
     return health
@@ -41,7 +49,7 @@ def healthz(request: Request, response: Response) -> HealthPublic:
 def metrics_reader(
     request: Request,
     settings: SettingsDep,
-    session: SessionDep,
+    engine: EngineDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> None:
     """Let Prometheus in with ``metrics_token``, and operators as everywhere else (local mode: everyone);
@@ -50,7 +58,7 @@ def metrics_reader(
     if expected and credentials is not None and credentials.scheme.lower() == "bearer":
         if hmac.compare_digest(credentials.credentials.encode(), expected.encode()):
             return
-    require_operator(get_caller(request=request, settings=settings, session=session, credentials=credentials))
+    require_operator(get_caller(request=request, settings=settings, engine=engine, credentials=credentials))
 
 
 @router.get(

@@ -10,11 +10,13 @@ import httpx
 import pytest
 from sqlmodel import Session
 
+from service.api.app import create_app
 from service.spec import EvaluationSpec
 from service.store import runs
-from service.store.tables import Alert, AlertState, Job, JobStatus, Role
+from service.store.tables import LOCAL_OWNER, Alert, AlertState, Job, JobStatus, Role
 from tests.databases import sqlite_only
 from tests.service.api import seeding
+from tests.service.conftest import serve
 
 pytestmark = sqlite_only  # plain HTTP behaviour: the session store itself is tested on both in test_browser_sessions.py
 
@@ -145,3 +147,22 @@ def test_a_bearer_token_is_not_subject_to_the_origin_check(http, live_server, op
     response = http.post(path, content=b"x=1", headers=operator[1] | form)
     assert response.status_code == 200, response.text
     assert happened()
+
+
+@pytest.fixture
+def local_http(settings, engine) -> Iterator[tuple[httpx.Client, str]]:
+    """A local-mode server (no credentials at all) on loopback, and its base URL."""
+    app = create_app(settings.model_copy(update={"local_mode": True}), engine=engine)
+    with serve(app) as base, httpx.Client(base_url=base, timeout=30) as client:
+        yield client, base
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_local_mode_refuses_a_change_another_site_posts_but_not_the_cli(local_http, engine, change):
+    http, base = local_http
+    target = Target(engine, LOCAL_OWNER)
+    path, happened = getattr(target, change)()
+    form = {"Origin": other_port(base), "Content-Type": "application/x-www-form-urlencoded"}
+    forged = http.post(path, content=b"x=1", headers=form)
+    assert forged.status_code == 403 and "cross-site request refused" in forged.json()["detail"] and not happened()
+    assert http.post(path).status_code == 200 and happened()  # the CLI and curl name no origin

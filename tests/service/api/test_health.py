@@ -61,8 +61,9 @@ def test_a_heartbeating_worker_makes_the_service_ok(client, engine):
 
 @sqlite_only
 def test_an_unreachable_database_is_503_and_metrics_say_so(app, client):
-    app.state.engine.dispose()
-    app.state.engine = store_db.make_engine(UNREACHABLE)
+    for name in ("engine", "health_engine"):  # /healthz checks on a connection of its own
+        getattr(app.state, name).dispose()
+        setattr(app.state, name, store_db.make_engine(UNREACHABLE))
     response = client.get("/healthz")
     assert response.status_code == 503
     body = response.json()
@@ -70,6 +71,7 @@ def test_an_unreachable_database_is_503_and_metrics_say_so(app, client):
     assert "cannot reach the database" in body["database"]["error"] and "127.0.0.1" not in body["database"]["error"]
     assert samples(client)[("artsvc_store_up", frozenset())] == 0
     app.state.engine.dispose()
+    app.state.health_engine.dispose()
 
 
 def test_metrics_count_what_the_store_holds_without_naming_a_job(client, engine):
