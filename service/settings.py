@@ -114,6 +114,10 @@ class Settings(BaseSettings):
     max_concurrent_requests: int = Field(
         64, ge=1, le=10_000, description="Requests the API works on at once; beyond, 503 with Retry-After at once."
     )
+    max_concurrent_requests_per_caller: int = Field(
+        16, ge=1, le=10_000, description="Requests one credential may have in progress at once (429 beyond), so one "
+        "tenant's flood leaves the rest of max_concurrent_requests to the others.",
+    )
     max_event_streams: int = Field(256, ge=1, le=100_000, description="Live event streams the API serves at once (503 beyond).")
     max_event_streams_per_tenant: int = Field(
         32, ge=1, le=100_000, description="Live event streams one caller may hold open at once (429 beyond)."

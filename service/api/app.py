@@ -78,7 +78,11 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     errors.install(app)
     metrics.install(app)
     app.add_middleware(limits.BodySizeLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(overload.InFlightLimit, max_requests=settings.max_concurrent_requests)  # outermost: first
+    app.add_middleware(  # outermost: first
+        overload.InFlightLimit,
+        max_requests=settings.max_concurrent_requests,
+        max_per_caller=settings.max_concurrent_requests_per_caller,
+    )
     for module in (jobs, evaluations, events, alerts, curves, environments, health, ui):
         app.include_router(module.router)
     return app

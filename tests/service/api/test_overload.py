@@ -27,6 +27,7 @@ FLOOD_SETTINGS = {
     "db_max_overflow": 2,
     "db_pool_timeout_s": 1.0,
     "max_concurrent_requests": 16,
+    "max_concurrent_requests_per_caller": 8,
     "max_event_streams": 8,
     "max_event_streams_per_tenant": 6,
 }
@@ -169,37 +170,66 @@ async def test_streams_past_the_callers_cap_get_429_and_past_the_servers_503(ser
             await response.aclose()
 
 
-@sqlite_only
-@pytest.mark.asyncio
-async def test_requests_past_the_cap_get_503_at_once_while_healthz_answers(server, engine):
-    """Requests whose bodies are still arriving fill the cap; the next gets 503 with Retry-After, /healthz 200."""
-    base = server
-    _, headers = seeding.principal(engine)
-    release = asyncio.Event()
+async def slow_posts(http: httpx.AsyncClient, headers: dict[str, str], count: int, release: asyncio.Event) -> list:
+    """``count`` job submissions whose bodies wait for ``release``: each holds a request slot until then."""
 
     async def slow_body() -> AsyncIterator[bytes]:
         yield b'{"environment": '
         await release.wait()
         yield b'"math"}'
 
+    posts = [asyncio.create_task(http.post("/v1/jobs", content=slow_body(), headers={**headers, **JSON}))
+             for _ in range(count)]  # fmt: skip
+    await asyncio.sleep(1)  # their heads are sent (a request's time, on loopback)
+    return posts
+
+
+async def first_refusal(http: httpx.AsyncClient, headers: dict[str, str]) -> httpx.Response:
+    """The first refused GET /v1/jobs, polling while the slow requests' heads arrive."""
+    for _ in range(100):
+        refused = await http.get("/v1/jobs", headers=headers)
+        if refused.status_code in (429, 503):
+            break
+        await asyncio.sleep(0.05)
+    return refused
+
+
+@sqlite_only
+@pytest.mark.asyncio
+async def test_requests_past_the_cap_get_503_at_once_while_healthz_answers(server, engine):
+    """Requests whose bodies are still arriving, from two callers, fill the cap; the next gets 503 with Retry-After,
+    /healthz 200."""
+    base = server
+    callers = [seeding.principal(engine, name=f"caller {n}")[1] for n in range(3)]
+    share = FLOOD_SETTINGS["max_concurrent_requests_per_caller"]
+    release = asyncio.Event()
     async with httpx.AsyncClient(base_url=base, limits=UNBOUNDED, timeout=30) as http:
-        slow = [
-            asyncio.create_task(http.post("/v1/jobs", content=slow_body(), headers={**headers, **JSON}))
-            for _ in range(FLOOD_SETTINGS["max_concurrent_requests"])
-        ]
-        await asyncio.sleep(1)  # their heads are sent (a request's time, on loopback)
-        for _ in range(100):
-            refused = await http.get("/v1/jobs", headers=headers)
-            if refused.status_code == 503:
-                break
-            await asyncio.sleep(0.05)
+        slow = [*await slow_posts(http, callers[0], share, release), *await slow_posts(http, callers[1], share, release)]
+        refused = await first_refusal(http, callers[2])
         assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
         assert "ARTSVC_MAX_CONCURRENT_REQUESTS" in refused.json()["detail"]
         assert (await http.get("/healthz")).status_code == 200
         release.set()
         done = await asyncio.gather(*slow)
         assert [response.status_code for response in done] == [201] * len(slow), done[0].text
-        assert (await http.get("/v1/jobs", headers=headers)).status_code == 200
+        assert (await http.get("/v1/jobs", headers=callers[2])).status_code == 200
+
+
+@sqlite_only
+@pytest.mark.asyncio
+async def test_one_caller_past_its_share_gets_429_while_another_is_served(server, engine):
+    base = server
+    (_, flooder), (_, other) = seeding.principal(engine, name="flooder"), seeding.principal(engine, name="other")
+    release = asyncio.Event()
+    async with httpx.AsyncClient(base_url=base, limits=UNBOUNDED, timeout=30) as http:
+        slow = await slow_posts(http, flooder, FLOOD_SETTINGS["max_concurrent_requests_per_caller"], release)
+        refused = await first_refusal(http, flooder)
+        assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+        assert "ARTSVC_MAX_CONCURRENT_REQUESTS_PER_CALLER" in refused.json()["detail"]
+        assert (await http.get("/v1/jobs", headers=other)).status_code == 200  # the rest of the cap is the others'
+        release.set()
+        assert {response.status_code for response in await asyncio.gather(*slow)} == {201}
+        assert (await http.get("/v1/jobs", headers=flooder)).status_code == 200
 
 
 def test_no_free_connection_within_the_pools_wait_is_a_503(database_url, engine, tmp_path):
