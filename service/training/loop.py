@@ -22,6 +22,7 @@ from sqlmodel import Session
 
 import environments
 from environments.base import Environment, Sampling
+from judges.usage import BudgetSpent, JudgeBudget
 from service import manifests
 from service.alerts import check_alerts
 from service.backends import make_backend
@@ -60,6 +61,7 @@ class _Run:
     db: Engine
     hooks: JobHooks = field(default_factory=JobHooks)
     judge: Judge | None = None
+    budget: JudgeBudget = field(default_factory=lambda: JudgeBudget(None))  # the judge's, shared by its calls
     baseline_accuracy: float | None = None  # the baseline model's accuracy on the validation examples
 
     def session(self) -> Session:
@@ -150,7 +152,9 @@ async def _resume_point(run: _Run) -> int:
 
 async def _train_step(run: _Run, step: int) -> int:
     """Roll out, (judge,) train and record one step. With a judge, a step whose every group the judge
-    failed trains nothing and is tried again; the step that records counts every try's judging."""
+    failed trains nothing and is tried again; the step that records counts every try's judging. A step
+    that records nothing (the judge down, or the budget spent: JudgeOutage, BudgetSpent) keeps what its
+    judging cost all the same."""
     judging = StepJudging(run.judge) if run.judge is not None else None
     for _ in range(JUDGE_OUTAGE_ATTEMPTS):
         started = time.monotonic()
@@ -159,10 +163,19 @@ async def _train_step(run: _Run, step: int) -> int:
             gathered_s = time.monotonic() - started
             return await _train_and_record(run, groups, judging, started=started, gathered_s=gathered_s)
         assert judging is not None  # without a judge, gather raises rather than return no group
+        if run.budget.spent:
+            _record_judge_spend(run, step, judging)
+            raise BudgetSpent(judging.failures[-1])
         run.on_event("judge_outage", {"step": step, "failures": judging.failures[-3:]})
+    _record_judge_spend(run, step, judging)
     raise JudgeOutage(
         f"the judge scored none of step {step}'s groups in {JUDGE_OUTAGE_ATTEMPTS} tries; last: {judging.failures[-1]}"
     )
+
+
+def _record_judge_spend(run: _Run, step: int, judging: StepJudging) -> None:
+    with run.write() as session:
+        runs.record_judge_spend(session, job=runs.get_job(session, job_id=run.job_id), step=step, metrics=judging.metrics())
 
 
 async def _rollouts(run: _Run, step: int, judging: StepJudging | None) -> list[art.TrajectoryGroup]:
@@ -402,14 +415,16 @@ async def run_job(
     settings = settings or get_settings()
     with fenced(db, hooks, job_id) as session:
         job = runs.start_run(session, job_id=job_id)
+        spent = runs.judge_spent_usd(session, job_id=job_id)
     spec = JobSpec.model_validate(job.spec)
+    budget = JudgeBudget(spec.reward.max_judge_cost_usd, spent_usd=spent)
     backend: art.Backend | None = None
     try:
         env = environments.load(spec.environment, spec.environment_args)
         graded_against = {str(row["id"]): row for row in env.scenarios("train")} if spec.reward.mode == "grader" else {}
-        judge = judge_for(spec.reward, settings, graded_against)
+        judge = judge_for(spec.reward, settings, graded_against, budget)
         backend = make_backend(spec.model.backend, data_dir=data_dir, seed=spec.seed)
-        run = _Run(job_id, spec, env, model_for(job_id, spec, env, data_dir), backend, db, hooks, judge)
+        run = _Run(job_id, spec, env, model_for(job_id, spec, env, data_dir), backend, db, hooks, judge, budget)
         _record_manifest(run)
         run.baseline_accuracy = await _baseline(run, settings, data_dir)
         await run.model.register(backend)
@@ -419,10 +434,12 @@ async def run_job(
         while decision.stop_reason is None:
             if (control := _control(run)) is not None:
                 return _finish(db, job_id, hooks, status=JobStatus.cancelled, reason=control, decision=decision)
-            if (spent := _judge_budget_spent(run)) is not None:
-                run.on_event("budget", {"step": step, "judge_cost_usd": spent, "max_judge_cost_usd": spec.reward.max_judge_cost_usd})
-                return _finish(db, job_id, hooks, status=JobStatus.succeeded, reason=StopReason.budget, decision=decision)
-            step = await _train_step(run, step + 1)
+            if budget.spent:
+                return _stop_for_budget(run, step, decision)
+            try:
+                step = await _train_step(run, step + 1)
+            except BudgetSpent:  # spent during the step, before any of its groups was judged
+                return _stop_for_budget(run, step, decision)
             decision = await _validate_if_due(run, step)
             await _prune_checkpoints(run, step, decision.best_step)
         return _finish(db, job_id, hooks, status=JobStatus.succeeded, reason=decision.stop_reason, decision=decision)
@@ -446,16 +463,12 @@ def _record_manifest(run: _Run) -> None:
         session.add(job)
 
 
-def _judge_budget_spent(run: _Run) -> float | None:
-    """What the job's judge calls have cost, once that reaches its budget (checked between steps, so the
-    last step may pass the budget by what one step's judging costs); None while under it or unbounded."""
-    budget = run.spec.reward.max_judge_cost_usd
-    if budget is None:
-        return None
-    with run.session() as session:
-        totals = runs.judge_totals(session, job_id=run.job_id)
-    spent = totals["judge_cost_usd"] if totals else 0.0
-    return spent if spent >= budget else None
+def _stop_for_budget(run: _Run, step: int, decision: Decision) -> Job:
+    """End the job as succeeded with stop reason budget: its judge calls spent ``reward.max_judge_cost_usd`` (the
+    budget admits each call, so by at most about one call more: judges/usage.py)."""
+    limit = run.spec.reward.max_judge_cost_usd
+    run.on_event("budget", {"step": step, "judge_cost_usd": run.budget.spent_usd, "max_judge_cost_usd": limit})
+    return _finish(run.db, run.job_id, run.hooks, status=JobStatus.succeeded, reason=StopReason.budget, decision=decision)
 
 
 async def _prune_checkpoints(run: _Run, step: int, best_step: int | None) -> None:
