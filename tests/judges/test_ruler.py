@@ -45,23 +45,21 @@ def judge(server, **overrides) -> RulerJudge:
     return RulerJudge(JudgeConfig(**{**settings, **overrides}))
 
 
-def run(coro):
-    return asyncio.run(coro)
-
-
-def test_scores_are_applied_by_trajectory_id_not_by_position():
+@pytest.mark.asyncio
+async def test_scores_are_applied_by_trajectory_id_not_by_position():
     distinct = {"1": 0.1, "2": 0.2, "3": 0.3, "4": 0.4}
     backwards = lambda _: dict(reversed(list(distinct.items())))  # noqa: E731 -- listed 4, 3, 2, 1
     with judge_server([Behaviour(scores=backwards)]) as server:
-        result = run(judge(server).judge(group()))
+        result = await judge(server).judge(group())
     assert result.failure is None and result.attempts == 1
     assert [t.reward for t in result.group.trajectories] == [0.1, 0.2, 0.3, 0.4]
 
 
-def test_the_group_keeps_its_exceptions_metadata_and_each_trajectory_its_own_reward():
+@pytest.mark.asyncio
+async def test_the_group_keeps_its_exceptions_metadata_and_each_trajectory_its_own_reward():
     original = group()
     with judge_server() as server:
-        result = run(judge(server).judge(original))
+        result = await judge(server).judge(original)
     judged = result.group
     assert [e.message for e in judged.exceptions] == ["one rollout crashed"]
     assert judged.metadata == {"scenario": "What is 2+2?"}
@@ -72,10 +70,11 @@ def test_the_group_keeps_its_exceptions_metadata_and_each_trajectory_its_own_rew
     assert [t.reward for t in original.trajectories] == [1.0, 0.0, 1.0, 0.0]  # the input is left alone
 
 
-def test_scores_outside_0_1_are_clamped_and_the_clamp_is_recorded():
+@pytest.mark.asyncio
+async def test_scores_outside_0_1_are_clamped_and_the_clamp_is_recorded():
     out_of_range = lambda s: {**s, "1": 1.7, "2": -0.5}  # noqa: E731
     with judge_server([Behaviour(scores=out_of_range)]) as server:
-        result = run(judge(server).judge(group()))
+        result = await judge(server).judge(group())
     rewards = [t.reward for t in result.group.trajectories]
     assert rewards[:2] == [1.0, 0.0]
     assert result.clamped == ["trajectory 1: score 1.7 outside [0, 1], clamped to 1.0",
@@ -91,88 +90,98 @@ def test_scores_outside_0_1_are_clamped_and_the_clamp_is_recorded():
         ("renamed", lambda s: {("9" if k == "1" else k): v for k, v in s.items()}),
     ],
 )
-def test_a_wrong_set_of_scores_is_retried_then_accepted(name, rewrite):
+@pytest.mark.asyncio
+async def test_a_wrong_set_of_scores_is_retried_then_accepted(name, rewrite):
     with judge_server([Behaviour(scores=rewrite)]) as server:
-        result = run(judge(server).judge(group()))
+        result = await judge(server).judge(group())
         assert len(server.requests) == 2
     assert result.failure is None and result.attempts == 2 and len(result.retried) == 1
     assert "malformed verdict" in result.retried[0]
     assert [t.reward for t in result.group.trajectories] == [0.9, 0.1, 0.9, 0.1]
 
 
-def test_invalid_json_is_retried_and_its_tokens_are_still_counted():
+@pytest.mark.asyncio
+async def test_invalid_json_is_retried_and_its_tokens_are_still_counted():
     with judge_server([Behaviour(body="{'scores': not json"), Behaviour(body="")]) as server:
-        result = run(judge(server).judge(group()))
+        result = await judge(server).judge(group())
     assert result.failure is None and result.attempts == 3
     assert result.usage.responses == 3  # the broken answers were paid for too
     assert result.usage.prompt_tokens > 0 and result.usage.completion_tokens > 0 and result.usage.cost_usd > 0
 
 
-def test_a_judge_that_keeps_answering_garbage_drops_the_group_with_the_reason():
+@pytest.mark.asyncio
+async def test_a_judge_that_keeps_answering_garbage_drops_the_group_with_the_reason():
     with judge_server([Behaviour(body="nope")] * 3) as server:
-        result = run(judge(server, max_retries=2).judge(group()))
+        result = await judge(server, max_retries=2).judge(group())
         assert len(server.requests) == 3
     assert result.group is None and result.attempts == 3
     assert result.failure.startswith("malformed verdict")
 
 
-def test_429_is_retried_after_the_time_the_server_asks():
+@pytest.mark.asyncio
+async def test_429_is_retried_after_the_time_the_server_asks():
     with judge_server([Behaviour(status=429, headers={"Retry-After": "0.5"})]) as server:
         started = time.monotonic()
-        result = run(judge(server).judge(group()))
+        result = await judge(server).judge(group())
         elapsed = time.monotonic() - started
         assert len(server.requests) == 2  # one 429, one answer: the SDK's own retries are off
     assert result.failure is None and result.attempts == 2 and "RateLimitError" in result.retried[0]
     assert elapsed >= 0.5
 
 
-def test_a_timeout_is_retried():
+@pytest.mark.asyncio
+async def test_a_timeout_is_retried():
     with judge_server([Behaviour(delay_s=3.0)]) as server:
-        result = run(judge(server, timeout_s=0.5).judge(group()))
+        result = await judge(server, timeout_s=0.5).judge(group())
     assert result.failure is None and result.attempts == 2 and result.retried[0].startswith("timeout")
 
 
-def test_a_judge_that_never_answers_drops_the_group_in_bounded_time():
+@pytest.mark.asyncio
+async def test_a_judge_that_never_answers_drops_the_group_in_bounded_time():
     with judge_server([Behaviour(delay_s=30.0)] * 3) as server:
         started = time.monotonic()
-        result = run(judge(server, timeout_s=0.3, max_retries=2).judge(group()))
+        result = await judge(server, timeout_s=0.3, max_retries=2).judge(group())
         elapsed = time.monotonic() - started
     assert result.group is None and result.attempts == 3 and result.failure.startswith("timeout")
     assert elapsed < 10
 
 
-def test_errors_that_retrying_cannot_fix_are_not_retried():
+@pytest.mark.asyncio
+async def test_errors_that_retrying_cannot_fix_are_not_retried():
     with judge_server([Behaviour(status=401)]) as server:
-        result = run(judge(server).judge(group()))
+        result = await judge(server).judge(group())
         assert len(server.requests) == 1
     assert result.group is None and result.attempts == 1 and "AuthenticationError" in result.failure
 
 
-def test_server_errors_are_retried():
+@pytest.mark.asyncio
+async def test_server_errors_are_retried():
     with judge_server([Behaviour(status=500), Behaviour(status=503)]) as server:
-        result = run(judge(server).judge(group()))
+        result = await judge(server).judge(group())
     assert result.failure is None and result.attempts == 3
 
 
-def test_a_job_never_has_more_judge_calls_out_than_its_concurrency():
+@pytest.mark.asyncio
+async def test_a_job_never_has_more_judge_calls_out_than_its_concurrency():
     with judge_server([Behaviour(delay_s=0.3)] * 6) as server:
         ruler = judge(server, concurrency=2)
 
         async def all_groups():
             return await asyncio.gather(*(ruler.judge(group(f"question {i}")) for i in range(6)))
 
-        results = run(all_groups())
+        results = await all_groups()
         assert server.most_in_flight == 2
     assert all(r.failure is None for r in results)
 
 
-def test_the_prompt_starts_with_what_every_call_shares():
+@pytest.mark.asyncio
+async def test_the_prompt_starts_with_what_every_call_shares():
     """The system message (rubric and tools) is identical across groups, and the user message starts
     with the shared context: a provider's prompt cache covers everything up to the question."""
     with judge_server() as server:
         ruler = judge(server)
-        run(ruler.judge(group("What is 2+2?")))
-        run(ruler.judge(group("What is 3+5?")))
+        await ruler.judge(group("What is 2+2?"))
+        await ruler.judge(group("What is 3+5?"))
         first, second = server.requests
     assert first["messages"][0] == second["messages"][0]
     assert json.dumps(TOOLS, sort_keys=True) in first["messages"][0]["content"]
@@ -181,8 +190,9 @@ def test_the_prompt_starts_with_what_every_call_shares():
     assert first["response_format"]["type"] == "json_schema"
 
 
-def test_identical_trajectories_are_judged_once_and_scored_alike():
+@pytest.mark.asyncio
+async def test_identical_trajectories_are_judged_once_and_scored_alike():
     same = art.TrajectoryGroup([trajectory("q", "Final: 4", 1.0) for _ in range(3)])
     with judge_server() as server:
-        result = run(judge(server).judge(same))
+        result = await judge(server).judge(same)
     assert [t.reward for t in result.group.trajectories] == [0.9, 0.9, 0.9]
