@@ -22,7 +22,8 @@ from service.store.tables import Job, JobEvent
 def append_event(session: Session, *, job_id: str, kind: str, step: int | None = None, data: dict[str, Any] | None = None) -> JobEvent:
     """Add an event to the job's log, holding the job's row until the caller's transaction ends."""
     if session.get_bind().dialect.name != "sqlite":  # SQLite: the writer already holds the database's write lock
-        session.exec(select(Job.id).where(col(Job.id) == job_id).with_for_update())
+        with session.no_autoflush:  # a job created in this session is not flushed early: no one else sees it yet
+            session.exec(select(Job.id).where(col(Job.id) == job_id).with_for_update())
     event = JobEvent(job_id=job_id, kind=kind, step=step, data=data or {})
     session.add(event)
     return event
