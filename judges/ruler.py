@@ -89,7 +89,9 @@ class MalformedVerdict(ValueError):
 class RulerJudge:
     """Scores trajectory groups with RULER under a job's limits. One instance per job run."""
 
-    def __init__(self, config: JudgeConfig, *, budget: JudgeBudget | None = None, rng: random.Random | None = None) -> None:
+    def __init__(
+        self, config: JudgeConfig, *, budget: JudgeBudget | None = None, rng: random.Random | None = None
+    ) -> None:
         self.config = config
         self.budget = budget or JudgeBudget(None)
         self._slots = asyncio.Semaphore(config.concurrency)

@@ -132,7 +132,8 @@ async def run_evaluation(
     job_id: str, *, db: Engine, data_dir: Path, settings: Settings, hooks: JobHooks | None = None
 ) -> Job:
     """Run a queued (or re-claimed) evaluation to its recorded end; a failure is recorded and re-raised.
-    ``hooks`` steer it as they steer a training job: JobInterrupted (or LeaseLost) leaves it unrecorded, to start over."""
+    ``hooks`` steer it as they steer a training job: JobInterrupted (or LeaseLost) leaves it unrecorded, to start
+    over."""
     hooks = hooks or JobHooks()
     with fenced(db, hooks, job_id) as session:
         job = runs.start_run(session, job_id=job_id)
