@@ -13,7 +13,9 @@ is judged by calling ``art.rewards.ruler`` and then:
   malformed answers are retried with exponential backoff up to ``max_retries``; a group still
   unscored after that is returned as dropped, with the reason, never raised;
 - calls of one job share a semaphore, so a job never has more than ``concurrency`` judge calls out;
-- tokens and cost are counted per attempt (a malformed answer is paid for too).
+- tokens and cost are counted per attempt (a malformed answer is paid for too), and every attempt is
+  admitted and charged by the job's budget (judges/usage.py): once it is spent, groups are dropped
+  unjudged, with the reason.
 
 Prompt layout for provider caching: ART puts its rubric in the system message; here the tools the
 agent had are appended to the rubric (instead of following each group's context), so the system
@@ -34,7 +36,7 @@ import pydantic
 from art.rewards.ruler import DEFAULT_RUBRIC, TrajectoryScore, ruler
 
 from judges.groups import rescore
-from judges.usage import JudgeUsage, UsageMeter
+from judges.usage import BudgetSpent, JudgeBudget, JudgeUsage, UsageMeter
 
 VERSION = "ruler-artsvc-1.0.0"  # bump when the judging semantics (prompt, matching, clamping) change
 
@@ -87,8 +89,11 @@ class MalformedVerdict(ValueError):
 class RulerJudge:
     """Scores trajectory groups with RULER under a job's limits. One instance per job run."""
 
-    def __init__(self, config: JudgeConfig, *, rng: random.Random | None = None) -> None:
+    def __init__(
+        self, config: JudgeConfig, *, budget: JudgeBudget | None = None, rng: random.Random | None = None
+    ) -> None:
         self.config = config
+        self.budget = budget or JudgeBudget(None)
         self._slots = asyncio.Semaphore(config.concurrency)
         self._rng = rng or random.Random(0)  # jitter only
 
@@ -102,7 +107,7 @@ class RulerJudge:
         for attempt in range(1, self.config.max_retries + 2):
             meter = UsageMeter(self.config.model)
             try:
-                async with self._slots:
+                async with self._slots, self.budget.admitted(meter.usage):
                     with meter.activate_context():
                         scores = await asyncio.wait_for(
                             ruler(messages, judge_model=self.config.model, rubric=rubric,
@@ -112,6 +117,8 @@ class RulerJudge:
                 rescored, clamped = apply_scores(group, scores)
                 usage.add(meter.usage)
                 return GroupJudgement(rescored, attempt, usage, clamped=clamped, retried=retried)
+            except BudgetSpent as exc:  # refused before the call: this attempt was not made
+                return GroupJudgement(None, attempt - 1, usage, failure=str(exc), retried=retried)
             except Exception as exc:  # noqa: BLE001 -- every judge failure is classified, none escapes
                 usage.add(meter.usage)
                 reason, retry_after = classify(exc)

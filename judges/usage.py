@@ -1,4 +1,5 @@
-"""What judge calls cost: tokens and dollars, read from each response through ART's own metrics hook.
+"""What judge calls cost: tokens and dollars, read from each response through ART's own metrics hook, and the
+budget a job's judge calls are held to.
 
 ART's ``ruler`` hands every judge response to ``MetricsBuilder.get_active().add_response_cost`` (the
 hook ART uses to account judge cost in its metrics). A ``UsageMeter`` activated around a call is that
@@ -8,7 +9,10 @@ response with litellm's local price map.
 
 from __future__ import annotations
 
+import asyncio
 import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -64,3 +68,51 @@ class UsageMeter(MetricsBuilder):
         else:
             self.usage.cost_usd += cost
         return cost
+
+
+class BudgetSpent(Exception):
+    """The job's judge budget is spent: no more judge calls are made."""
+
+
+class JudgeBudget:
+    """A job's judge spending limit in USD (None: unbounded), checked before each judge call and charged with what
+    each call cost, a failed or retried one included.
+
+    Calls run side by side while the budget has room for one more beside those in flight, each priced at the
+    dearest call seen so far; until a call's price is known, and near the limit, one at a time. So the job
+    stops having spent at most the limit plus about one call (calls of one job cost about the same)."""
+
+    def __init__(self, limit_usd: float | None, *, spent_usd: float = 0.0) -> None:
+        self.limit_usd = limit_usd
+        self.spent_usd = spent_usd
+        self._in_flight = 0
+        self._dearest: float | None = None  # the most one call has cost
+        self._changed = asyncio.Event()
+
+    @property
+    def spent(self) -> bool:
+        return self.limit_usd is not None and self.spent_usd >= self.limit_usd
+
+    @asynccontextmanager
+    async def admitted(self, usage: JudgeUsage) -> AsyncIterator[None]:
+        """Wait until one more call fits (BudgetSpent if the budget is spent), then charge ``usage`` as it stands when
+        the block ends, however it ends."""
+        while not self._room():
+            self._changed.clear()
+            await self._changed.wait()
+        self._in_flight += 1
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
+            self.spent_usd += usage.cost_usd
+            if usage.responses:
+                self._dearest = max(self._dearest or 0.0, usage.cost_usd)
+            self._changed.set()
+
+    def _room(self) -> bool:
+        if self.spent:
+            raise BudgetSpent(f"the judge budget of ${self.limit_usd} is spent (${self.spent_usd:.6f})")
+        if self.limit_usd is None or self._in_flight == 0:
+            return True
+        return self._dearest is not None and self.spent_usd + (self._in_flight + 1) * self._dearest <= self.limit_usd

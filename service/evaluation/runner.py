@@ -30,6 +30,7 @@ from service.spec import CheckpointModel, EvaluationSpec, JobSpec
 from service.store import runs
 from service.store.events import append_event
 from service.store.tables import Job, JobStatus, StopReason
+from service.training.control import JobHooks, JobInterrupted, fenced, interrupt_if_asked
 from service.training.seeding import derive_seed
 
 CONCURRENCY = 32  # rollouts in flight at once: a provider's rate limit, not the embedded server, is the bound
@@ -55,27 +56,33 @@ class EvaluationCancelled(Exception):
 
 
 async def _sample_all(env: Environment, model: art.Model, rows: list[dict[str, Any]], *, split: str, n: int,
-                      temperature: float, seed: int, progress: Callable[[int], bool]) -> list[list[art.Trajectory]]:  # fmt: skip
+                      temperature: float, seed: int, progress: Callable[[int], None]) -> list[list[art.Trajectory]]:  # fmt: skip
     """``n`` rollouts per row, seeded per example and sample; sample 0 uses the row's validation seed.
-    ``progress(done)`` returns False once the evaluation is cancelled: rollouts not yet started are not."""
+    ``progress(done)``, called as each rollout ends (a boundary), raises EvaluationCancelled or JobInterrupted to
+    stop: rollouts not yet started are not, and that exception is raised once those in flight end."""
     limit = asyncio.Semaphore(CONCURRENCY)
-    done, going = 0, True
+    done, stop = 0, None
 
     async def one(row: dict[str, Any], i: int) -> art.Trajectory:
-        nonlocal done, going
+        nonlocal done, stop
         parts = (seed, split, row["id"]) if i == 0 else (seed, split, row["id"], i)
         async with limit:
-            if not going:
-                raise EvaluationCancelled
+            if stop is not None:
+                raise stop
             trajectory = await env.rollout(model, row, Sampling(temperature=temperature, seed=derive_seed(*parts)))
         done += 1
-        going = going and progress(done)
+        try:
+            if stop is None:
+                progress(done)
+        except (EvaluationCancelled, JobInterrupted) as exc:
+            stop = exc
         return trajectory
 
     results = await asyncio.gather(*(one(row, i) for row in rows for i in range(n)), return_exceptions=True)
-    failures = [r for r in results if isinstance(r, BaseException)]
-    if failures:  # a cancel, or the first rollout that raised
-        raise next((f for f in failures if isinstance(f, EvaluationCancelled)), failures[0])
+    if stop is not None:
+        raise stop
+    if failures := [r for r in results if isinstance(r, BaseException)]:
+        raise failures[0]
     return [list(results[k * n : (k + 1) * n]) for k in range(len(rows))]
 
 
@@ -88,7 +95,7 @@ def _candidates(env: Environment, trajectories: list[art.Trajectory]) -> list[Ca
 
 
 async def measure(
-    spec: EvaluationSpec, resolved: Resolved, model: art.Model, progress: Callable[[int, int], bool]
+    spec: EvaluationSpec, resolved: Resolved, model: art.Model, progress: Callable[[int, int], None]
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Sample, select and summarise: the evaluation's summary and its per-example rows."""
     started = time.monotonic()
@@ -121,37 +128,49 @@ async def measure(
     return summary, results
 
 
-async def run_evaluation(job_id: str, *, db: Engine, data_dir: Path, settings: Settings) -> Job:
-    """Run a queued (or re-claimed) evaluation to its recorded end; a failure is recorded and re-raised."""
-    with Session(db, expire_on_commit=False) as session:
+async def run_evaluation(
+    job_id: str, *, db: Engine, data_dir: Path, settings: Settings, hooks: JobHooks | None = None
+) -> Job:
+    """Run a queued (or re-claimed) evaluation to its recorded end; a failure is recorded and re-raised.
+    ``hooks`` steer it as they steer a training job: JobInterrupted (or LeaseLost) leaves it unrecorded, to start
+    over."""
+    hooks = hooks or JobHooks()
+    with fenced(db, hooks, job_id) as session:
         job = runs.start_run(session, job_id=job_id)
-        session.commit()
-    return await evaluate_into(job_id, EvaluationSpec.model_validate(job.spec), db=db, data_dir=data_dir, settings=settings)
+    spec = EvaluationSpec.model_validate(job.spec)
+    return await evaluate_into(job_id, spec, db=db, data_dir=data_dir, settings=settings, hooks=hooks)
 
 
-async def evaluate_into(job_id: str, spec: EvaluationSpec, *, db: Engine, data_dir: Path, settings: Settings) -> Job:
-    """Measure ``spec`` and record it on the evaluation ``job_id`` (already marked running)."""
+async def evaluate_into(
+    job_id: str, spec: EvaluationSpec, *, db: Engine, data_dir: Path, settings: Settings, hooks: JobHooks | None = None
+) -> Job:
+    """Measure ``spec`` and record it on the evaluation ``job_id`` (already marked running). Every rollout's end is
+    a boundary where ``hooks.should_stop`` interrupts it; every write is fenced by ``hooks.holds_job``."""
+    hooks = hooks or JobHooks()
     backend: art.Backend | None = None
     marks = set()
 
-    def progress(done: int, total: int) -> bool:
-        """Record each tenth of the rollouts; False once a cancel was asked for (read at those marks)."""
+    def progress(done: int, total: int) -> None:
+        """Record each tenth of the rollouts and read whether a cancel was asked for; at every rollout, whether
+        the process asks the evaluation to stop."""
+        interrupt_if_asked(hooks, job_id)
         mark = done * PROGRESS_EVENTS // max(1, total)
         if mark in marks:
-            return True
+            return
         marks.add(mark)
-        with Session(db) as session:
+        with fenced(db, hooks, job_id) as session:
             append_event(session, job_id=job_id, kind="progress", data={"done": done, "total": total})
-            session.commit()
-            return not runs.get_job(session, job_id=job_id).cancel_requested
+            cancelled = runs.get_job(session, job_id=job_id).cancel_requested
+        if cancelled:
+            raise EvaluationCancelled
 
     try:
-        with Session(db, expire_on_commit=False) as session:
+        with fenced(db, hooks, job_id) as session:
             resolved = resolve(session, spec, settings)
             job = runs.get_job(session, job_id=job_id)
             job.manifest = manifest_for(spec, resolved)
             session.add(job)
-            session.commit()
+        with Session(db, expire_on_commit=False) as session:
             parent = runs.get_job(session, job_id=spec.model.job_id) if isinstance(spec.model, CheckpointModel) else None
         if parent is not None:
             from service.training.loop import model_for  # the loop imports this module for baselines
@@ -167,26 +186,23 @@ async def evaluate_into(job_id: str, spec: EvaluationSpec, *, db: Engine, data_d
             assert not isinstance(spec.model, CheckpointModel)
             model = litellm_model(spec.model.litellm, settings)
         summary, results = await measure(spec, resolved, model, progress)
-        with Session(db, expire_on_commit=False) as session:
+        with fenced(db, hooks, job_id) as session:
             job = runs.get_job(session, job_id=job_id)
             runs.record_example_results(session, job=job, step=0, rows=results)
             job.summary = summary
             runs.finish_job(session, job=job, status=JobStatus.succeeded, stop_reason=None)
-            session.commit()
-            session.refresh(job)
-            return job
+        return job
+    except JobInterrupted:
+        raise
     except EvaluationCancelled:
-        with Session(db, expire_on_commit=False) as session:
+        with fenced(db, hooks, job_id) as session:
             job = runs.get_job(session, job_id=job_id)
             runs.finish_job(session, job=job, status=JobStatus.cancelled, stop_reason=StopReason.cancelled)
-            session.commit()
-            session.refresh(job)
-            return job
+        return job
     except Exception as exc:
-        with Session(db, expire_on_commit=False) as session:
+        with fenced(db, hooks, job_id) as session:
             job = runs.get_job(session, job_id=job_id)
             runs.finish_job(session, job=job, status=JobStatus.failed, stop_reason=None, error=f"{type(exc).__name__}: {exc}")
-            session.commit()
         raise
     finally:
         if backend is not None:

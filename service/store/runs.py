@@ -205,6 +205,21 @@ def judge_totals_of(recorded: list[TrainingStep]) -> dict[str, float] | None:
     return {key: sum(float(m.get(key) or 0.0) for m in judged) for key in JUDGE_TOTALS}
 
 
+JUDGE_SPEND_EVENT = "judge_spend"  # judging of a step that recorded no step row (the judge down, the budget spent)
+
+
+def record_judge_spend(session: Session, *, job: Job, step: int, metrics: dict[str, float]) -> None:
+    """Keep what a step's judge calls cost when the step itself is not recorded, so the budget still counts it."""
+    append_event(session, job_id=job.id, kind=JUDGE_SPEND_EVENT, step=step, data=metrics)
+
+
+def judge_spent_usd(session: Session, *, job_id: str) -> float:
+    """What a job's judge calls have cost: its steps' judging and the judging of steps that recorded none."""
+    totals = judge_totals(session, job_id=job_id) or {}
+    unstepped = session.exec(select(JobEvent.data).where(JobEvent.job_id == job_id, JobEvent.kind == JUDGE_SPEND_EVENT))
+    return totals.get("judge_cost_usd", 0.0) + sum(float(data.get("judge_cost_usd") or 0.0) for data in unstepped)
+
+
 def cost_totals(session: Session, *, job_id: str) -> dict[str, Any]:
     """What a training job has spent so far: tokens its policy generated (training rollouts, validation's
     sampled and greedy passes), its judge's tokens and dollars, and wall time per phase."""

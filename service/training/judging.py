@@ -1,5 +1,6 @@
 """Judged rewards inside a training step: RULER rescoring each group as its rollouts finish, and the
-account of what that cost and how it went (stored with the step, read by the alert rules and the budget).
+account of what that cost and how it went (stored with the step, read by the alert rules). The job's
+judge budget admits and charges every judge call (judges/usage.py).
 
 The judge's endpoint, key and limits are the operator's (Settings); a job only names an allowed model.
 """
@@ -18,7 +19,7 @@ import polars as pl
 from judges.graders import build_grader
 from judges.grading import GraderJudge
 from judges.ruler import GroupJudgement, JudgeConfig, RulerJudge
-from judges.usage import JudgeUsage
+from judges.usage import BudgetSpent, JudgeBudget, JudgeUsage
 from service.settings import Settings
 from service.spec import RewardSpec
 
@@ -27,13 +28,34 @@ class JudgeNotAllowed(ValueError):
     """The job names a judge the operator has not allowed (the API refuses it; a worker fails the job)."""
 
 
-Judge = RulerJudge | GraderJudge
+class BudgetedGrader:
+    """A grader judge held to the job's budget: the grader's calls for one group are admitted together, before the
+    group is graded, and charged together."""
+
+    def __init__(self, grader: GraderJudge, budget: JudgeBudget) -> None:
+        self.grader = grader
+        self.budget = budget
+
+    async def judge(self, group: art.TrajectoryGroup) -> GroupJudgement:
+        usage = JudgeUsage()
+        try:
+            async with self.budget.admitted(usage):
+                result = await self.grader.judge(group)
+                usage.add(result.usage)
+        except BudgetSpent as exc:
+            return GroupJudgement(None, 0, JudgeUsage(), failure=str(exc))
+        return result
 
 
-def judge_for(reward: RewardSpec, settings: Settings, scenarios: Mapping[str, dict]) -> Judge | None:
-    """The job's judge under the operator's settings: RULER, or its grader (graded against ``scenarios``,
-    the training split by id); None in verifier mode. Raises JudgeNotAllowed for a model the operator
-    does not allow."""
+Judge = RulerJudge | BudgetedGrader
+
+
+def judge_for(
+    reward: RewardSpec, settings: Settings, scenarios: Mapping[str, dict], budget: JudgeBudget
+) -> Judge | None:
+    """The job's judge under the operator's settings and ``budget``: RULER, or its grader (graded against
+    ``scenarios``, the training split by id); None in verifier mode. Raises JudgeNotAllowed for a model the
+    operator does not allow."""
     if reward.mode == "verifier":
         return None
     if (refusal := settings.refuse_reward(reward)) is not None:
@@ -44,7 +66,7 @@ def judge_for(reward: RewardSpec, settings: Settings, scenarios: Mapping[str, di
         endpoint = {"api_base": settings.judge_api_base, "api_key": key, "timeout": settings.judge_timeout_s}
         grader = build_grader(reward.grader, allowed_models=set(settings.judge_models), code=settings.code_graders(),
                               litellm_params={k: v for k, v in endpoint.items() if v is not None})  # fmt: skip
-        return GraderJudge(grader, scenarios, concurrency=settings.judge_concurrency)
+        return BudgetedGrader(GraderJudge(grader, scenarios, concurrency=settings.judge_concurrency), budget)
     assert reward.judge_model is not None  # the spec requires it in judged modes
     return RulerJudge(
         JudgeConfig(
@@ -56,7 +78,8 @@ def judge_for(reward: RewardSpec, settings: Settings, scenarios: Mapping[str, di
             max_retries=settings.judge_max_retries,
             backoff_s=settings.judge_backoff_s,
             concurrency=settings.judge_concurrency,
-        )
+        ),
+        budget=budget,
     )
 
 

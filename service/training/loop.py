@@ -9,7 +9,8 @@ last step that both the store and the checkpoints hold, with the same scenarios 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from sqlmodel import Session
 
 import environments
 from environments.base import Environment, Sampling
+from judges.usage import BudgetSpent, JudgeBudget
 from service import manifests
 from service.alerts import check_alerts
 from service.backends import make_backend
@@ -30,35 +32,17 @@ from service.settings import Settings, get_settings
 from service.spec import EvaluationSpec, JobSpec, LitellmModel
 from service.store import runs
 from service.store.tables import Alert, Job, JobStatus, StopReason
+from service.training.control import JobHooks, JobInterrupted, fenced, interrupt_if_asked
 from service.training.judging import Judge, StepJudging, judge_for
 from service.training.schedule import cosine_schedule
 from service.training.seeding import batch_for_step, derive_seed
 from service.training.stopping import Decision, decide
 from service.training.validation import validate
 
-ProgressCallback = Callable[[str, dict[str, Any]], None]
 WARM_START_STATE_KEY = "artsvc_warm_start"
 WARM_START_TURNS_PER_BATCH = 64
 ROLLOUT_FAILURE_TOLERANCE = 0.1  # fraction of a step's rollouts that may raise before the step fails
 JUDGE_OUTAGE_ATTEMPTS = 3  # tries of a step whose every group the judge failed, before the job stops
-
-
-def _ignore(*_: Any) -> None:
-    return None
-
-
-@dataclass
-class JobHooks:
-    """How the process running a job watches and steers it (the CLI shows progress, a worker holds a lease)."""
-
-    on_event: ProgressCallback = _ignore  # warm_start, step and validation progress, after each is stored
-    should_stop: Callable[[], bool] = lambda: False  # asked at every step boundary; True raises JobInterrupted
-    on_alert: Callable[[Sequence[Alert]], None] = _ignore  # alerts just committed (the worker posts them to a webhook)
-    trajectories_per_step: int = 8  # rollouts of each step kept in the store for operators to read
-
-
-class JobInterrupted(Exception):
-    """The process stopped the job at a step boundary (shutdown, lost lease); nothing was recorded, it can resume."""
 
 
 class JudgeOutage(Exception):
@@ -77,10 +61,16 @@ class _Run:
     db: Engine
     hooks: JobHooks = field(default_factory=JobHooks)
     judge: Judge | None = None
+    budget: JudgeBudget = field(default_factory=lambda: JudgeBudget(None))  # the judge's, shared by its calls
     baseline_accuracy: float | None = None  # the baseline model's accuracy on the validation examples
 
     def session(self) -> Session:
+        """A session to read the store (writes go through ``write``)."""
         return Session(self.db, expire_on_commit=False)
+
+    def write(self) -> AbstractContextManager[Session]:
+        """A transaction writing the job, committed at the end of the block, only while this process holds it."""
+        return fenced(self.db, self.hooks, self.job_id)
 
     def on_event(self, kind: str, data: dict[str, Any]) -> None:
         self.hooks.on_event(kind, data)
@@ -150,12 +140,11 @@ async def _warm_start(run: _Run) -> None:
 async def _resume_point(run: _Run) -> int:
     """The last step both the checkpoints and the store hold; newer work on either side is dropped."""
     checkpoint_step = await run.model.get_step()
-    with run.session() as session:
+    with run.write() as session:
         job = runs.get_job(session, job_id=run.job_id)
         recorded_step = runs.last_recorded_step(session, job_id=run.job_id)
         step = min(checkpoint_step, recorded_step)
         runs.discard_after(session, job=job, step=step)
-        session.commit()
     if checkpoint_step > step:
         await run.backend._delete_checkpoint_files(run.model, list(range(step + 1)))
     return step
@@ -163,7 +152,9 @@ async def _resume_point(run: _Run) -> int:
 
 async def _train_step(run: _Run, step: int) -> int:
     """Roll out, (judge,) train and record one step. With a judge, a step whose every group the judge
-    failed trains nothing and is tried again; the step that records counts every try's judging."""
+    failed trains nothing and is tried again; the step that records counts every try's judging. A step
+    that records nothing (the judge down, or the budget spent: JudgeOutage, BudgetSpent) keeps what its
+    judging cost all the same."""
     judging = StepJudging(run.judge) if run.judge is not None else None
     for _ in range(JUDGE_OUTAGE_ATTEMPTS):
         started = time.monotonic()
@@ -172,10 +163,19 @@ async def _train_step(run: _Run, step: int) -> int:
             gathered_s = time.monotonic() - started
             return await _train_and_record(run, groups, judging, started=started, gathered_s=gathered_s)
         assert judging is not None  # without a judge, gather raises rather than return no group
+        if run.budget.spent:
+            _record_judge_spend(run, step, judging)
+            raise BudgetSpent(judging.failures[-1])
         run.on_event("judge_outage", {"step": step, "failures": judging.failures[-3:]})
+    _record_judge_spend(run, step, judging)
     raise JudgeOutage(
         f"the judge scored none of step {step}'s groups in {JUDGE_OUTAGE_ATTEMPTS} tries; last: {judging.failures[-1]}"
     )
+
+
+def _record_judge_spend(run: _Run, step: int, judging: StepJudging) -> None:
+    with run.write() as session:
+        runs.record_judge_spend(session, job=runs.get_job(session, job_id=run.job_id), step=step, metrics=judging.metrics())
 
 
 async def _rollouts(run: _Run, step: int, judging: StepJudging | None) -> list[art.TrajectoryGroup]:
@@ -244,13 +244,12 @@ async def _train_and_record(
             **judge_metrics,
         },
     }
-    with run.session() as session:
+    with run.write() as session:
         job = runs.get_job(session, job_id=run.job_id)
         runs.record_step(session, job=job, step=result.step, values=values)
         sampled = _sampled([g.trajectories for g in groups], run.hooks.trajectories_per_step)
         runs.record_trajectories(session, job=job, step=result.step, split="train", rows=sampled)
         alerts = check_alerts(session, job=job, spec=run.spec)  # committed with the row that fired them
-        session.commit()
     run.on_event("step", {"step": result.step, **{k: v for k, v in values.items() if k != "metrics"}})
     _announce(run, alerts)
     return result.step
@@ -273,14 +272,13 @@ async def _validate_and_decide(run: _Run, step: int, *, due: bool = True) -> Dec
         rows = run.env.scenarios("val")[: spec.validation.max_examples]
         results = [example_row(run.env, t, position=i, scenario_id=str(row["id"]))
                    for i, (row, t) in enumerate(zip(rows, trajectories))]  # fmt: skip
-        with run.session() as session:
+        with run.write() as session:
             job = runs.get_job(session, job_id=run.job_id)
             recorded[step] = runs.record_validation(session, job=job, step=step, values=values)
             runs.record_example_results(session, job=job, step=step, rows=results)
             sampled = _sampled([trajectories], run.hooks.trajectories_per_step)
             runs.record_trajectories(session, job=job, step=step, split="val", rows=sampled)
             alerts = check_alerts(session, job=job, spec=run.spec)  # committed with the row that fired them
-            session.commit()
         run.on_event("validation", {"step": step, **values})
         _announce(run, alerts)
     series = [(p.step, p.accuracy) for p in sorted(recorded.values(), key=lambda p: p.step)]
@@ -313,7 +311,7 @@ async def _baseline(run: _Run, settings: Settings, data_dir: Path) -> float | No
     v, spec = run.spec.validation, run.spec
     if v.baseline_model is None:
         return None
-    with run.session() as session:
+    with run.write() as session:
         evaluation = runs.baseline_evaluation(session, job_id=run.job_id)
         if evaluation is not None and evaluation.status == JobStatus.succeeded and evaluation.summary:
             return evaluation.summary["pass_rate"]
@@ -325,9 +323,9 @@ async def _baseline(run: _Run, settings: Settings, data_dir: Path) -> float | No
             evaluation = runs.create_evaluation(session, spec=eval_spec, environment=spec.environment,
                                                 owner_id=job.owner_id, parent_id=job.id)  # fmt: skip
         runs.mark_running(session, job=evaluation)  # running without a lease: no worker claims it from this job
-        session.commit()
     run.on_event("baseline", {"model": v.baseline_model, "evaluation_id": evaluation.id})
-    ended = await evaluate_into(evaluation.id, eval_spec, db=run.db, data_dir=data_dir, settings=settings)
+    ended = await evaluate_into(evaluation.id, eval_spec, db=run.db, data_dir=data_dir, settings=settings,
+                                hooks=run.hooks)  # stopped, and written, as the job it measures for  # fmt: skip
     accuracy = ended.summary["pass_rate"]
     run.on_event("baseline", {"model": v.baseline_model, "evaluation_id": evaluation.id, "accuracy": accuracy})
     return accuracy
@@ -364,15 +362,15 @@ def _control(run: _Run) -> StopReason | None:
     with run.session() as session:
         if runs.get_job(session, job_id=run.job_id).cancel_requested:
             return StopReason.cancelled
-    if run.hooks.should_stop():
-        raise JobInterrupted(f"job {run.job_id} interrupted at a step boundary; it resumes from its last checkpoint")
+    interrupt_if_asked(run.hooks, run.job_id)
     return None
 
 
 def _finish(
-    db: Engine, job_id: str, *, status: JobStatus, reason: StopReason, decision: Decision | None, error: str | None = None
+    db: Engine, job_id: str, hooks: JobHooks, *, status: JobStatus, reason: StopReason, decision: Decision | None,
+    error: str | None = None,
 ) -> Job:
-    with Session(db, expire_on_commit=False) as session:
+    with fenced(db, hooks, job_id) as session:
         job = runs.get_job(session, job_id=job_id)
         points = runs.validation_points(session, job_id=job_id)
         best = decision if decision is not None and decision.best_step is not None else None
@@ -389,9 +387,7 @@ def _finish(
             step0_val_accuracy=next((p.accuracy for p in points if p.step == 0), None),
             error=error,
         )
-        session.commit()
-        session.refresh(job)
-        return job
+    return job
 
 
 def model_for(job_id: str, spec: JobSpec, env: Environment, data_dir: Path) -> art.TrainableModel:
@@ -411,23 +407,24 @@ async def run_job(
 
     Failures inside the run are recorded on the job (status failed, stop reason error) and
     re-raised to the caller. An interruption (Ctrl-C, task cancellation, JobInterrupted from
-    ``hooks.should_stop``) records nothing: the job stays resumable from its last checkpointed
-    step. A cancel requested through the store stops it at the next step boundary as cancelled.
+    ``hooks.should_stop``, LeaseLost from ``hooks.holds_job``) records nothing: the job stays
+    resumable from its last checkpointed step. A cancel requested through the store stops it at the next step boundary as cancelled.
     ``settings`` (default: the process's) say which judges the operator allows and where they are.
     """
     hooks = hooks or JobHooks()
     settings = settings or get_settings()
-    with Session(db, expire_on_commit=False) as session:
+    with fenced(db, hooks, job_id) as session:
         job = runs.start_run(session, job_id=job_id)
-        session.commit()
+        spent = runs.judge_spent_usd(session, job_id=job_id)
     spec = JobSpec.model_validate(job.spec)
+    budget = JudgeBudget(spec.reward.max_judge_cost_usd, spent_usd=spent)
     backend: art.Backend | None = None
     try:
         env = environments.load(spec.environment, spec.environment_args)
         graded_against = {str(row["id"]): row for row in env.scenarios("train")} if spec.reward.mode == "grader" else {}
-        judge = judge_for(spec.reward, settings, graded_against)
+        judge = judge_for(spec.reward, settings, graded_against, budget)
         backend = make_backend(spec.model.backend, data_dir=data_dir, seed=spec.seed)
-        run = _Run(job_id, spec, env, model_for(job_id, spec, env, data_dir), backend, db, hooks, judge)
+        run = _Run(job_id, spec, env, model_for(job_id, spec, env, data_dir), backend, db, hooks, judge, budget)
         _record_manifest(run)
         run.baseline_accuracy = await _baseline(run, settings, data_dir)
         await run.model.register(backend)
@@ -436,20 +433,22 @@ async def run_job(
         decision = await _validate_if_due(run, step)
         while decision.stop_reason is None:
             if (control := _control(run)) is not None:
-                return _finish(db, job_id, status=JobStatus.cancelled, reason=control, decision=decision)
-            if (spent := _judge_budget_spent(run)) is not None:
-                run.on_event("budget", {"step": step, "judge_cost_usd": spent, "max_judge_cost_usd": spec.reward.max_judge_cost_usd})
-                return _finish(db, job_id, status=JobStatus.succeeded, reason=StopReason.budget, decision=decision)
-            step = await _train_step(run, step + 1)
+                return _finish(db, job_id, hooks, status=JobStatus.cancelled, reason=control, decision=decision)
+            if budget.spent:
+                return _stop_for_budget(run, step, decision)
+            try:
+                step = await _train_step(run, step + 1)
+            except BudgetSpent:  # spent during the step, before any of its groups was judged
+                return _stop_for_budget(run, step, decision)
             decision = await _validate_if_due(run, step)
             await _prune_checkpoints(run, step, decision.best_step)
-        return _finish(db, job_id, status=JobStatus.succeeded, reason=decision.stop_reason, decision=decision)
+        return _finish(db, job_id, hooks, status=JobStatus.succeeded, reason=decision.stop_reason, decision=decision)
     except JobInterrupted:
         raise
     except JudgeOutage as exc:  # the judge's failure, recorded as the job's stop; the worker goes on
-        return _finish(db, job_id, status=JobStatus.failed, reason=StopReason.error, decision=None, error=str(exc))
+        return _finish(db, job_id, hooks, status=JobStatus.failed, reason=StopReason.error, decision=None, error=str(exc))
     except Exception as exc:
-        _finish(db, job_id, status=JobStatus.failed, reason=StopReason.error, decision=None, error=f"{type(exc).__name__}: {exc}")
+        _finish(db, job_id, hooks, status=JobStatus.failed, reason=StopReason.error, decision=None, error=f"{type(exc).__name__}: {exc}")
         raise
     finally:
         if backend is not None:
@@ -458,23 +457,18 @@ async def run_job(
 
 def _record_manifest(run: _Run) -> None:
     """What this run measures with, written (again) by the process that trains it: its code is what counts."""
-    with run.session() as session:
+    with run.write() as session:
         job = runs.get_job(session, job_id=run.job_id)
         job.manifest = manifests.training_manifest(run.spec, run.env)
         session.add(job)
-        session.commit()
 
 
-def _judge_budget_spent(run: _Run) -> float | None:
-    """What the job's judge calls have cost, once that reaches its budget (checked between steps, so the
-    last step may pass the budget by what one step's judging costs); None while under it or unbounded."""
-    budget = run.spec.reward.max_judge_cost_usd
-    if budget is None:
-        return None
-    with run.session() as session:
-        totals = runs.judge_totals(session, job_id=run.job_id)
-    spent = totals["judge_cost_usd"] if totals else 0.0
-    return spent if spent >= budget else None
+def _stop_for_budget(run: _Run, step: int, decision: Decision) -> Job:
+    """End the job as succeeded with stop reason budget: its judge calls spent ``reward.max_judge_cost_usd`` (the
+    budget admits each call, so by at most about one call more: judges/usage.py)."""
+    limit = run.spec.reward.max_judge_cost_usd
+    run.on_event("budget", {"step": step, "judge_cost_usd": run.budget.spent_usd, "max_judge_cost_usd": limit})
+    return _finish(run.db, run.job_id, run.hooks, status=JobStatus.succeeded, reason=StopReason.budget, decision=decision)
 
 
 async def _prune_checkpoints(run: _Run, step: int, best_step: int | None) -> None:

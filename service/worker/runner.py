@@ -1,10 +1,13 @@
 """The worker: claims jobs under leases, trains several at once, and hands them back on shutdown.
-It runs evaluation jobs the same way (they record only at their end, so an interrupted one starts over).
+It runs evaluation jobs the same way, under the same hooks (they record only at their end, so an
+interrupted one starts over).
 
-Each job runs as an asyncio task through ``run_job``; a heartbeat renews the leases of the jobs
-it holds. A job stops at its next step boundary, recording nothing, when the worker shuts down
-(its lease is released, so another worker resumes it at once) or when its lease was lost (another
-worker took it over). A job that fails is recorded as failed by ``run_job``; the worker goes on.
+Each job runs as an asyncio task through ``run_job`` or ``run_evaluation``; a heartbeat renews the
+leases of the jobs it holds, and every write of a job renews its lease in the write's own transaction
+(service/training/control.py). A job stops at its next boundary (a training step, an evaluation's
+rollout), recording nothing, when the worker shuts down (its lease is released, so another worker
+resumes it at once) or when its lease was lost (another worker took it over: its writes are refused,
+and the new owner's rows stand). A job that fails is recorded as failed by its runner; the worker goes on.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from service.alerts import WebhookNotifier
 from service.settings import Settings
 from service.evaluation.runner import run_evaluation
 from service.store.tables import Job, JobKind
-from service.training.loop import JobHooks, JobInterrupted, run_job
+from service.training.control import JobHooks, JobInterrupted
+from service.training.loop import run_job
 from service.worker import leases
 
 log = logging.getLogger(__name__)
@@ -121,12 +125,11 @@ class Worker:
             should_stop=lambda: self._stopping or not self._holds(held),
             on_alert=notifier.notify,
             trajectories_per_step=self.settings.trajectories_per_step,
+            holds_job=lambda session: self._renew_in(session, held),
         )
+        run = run_evaluation if job.kind == JobKind.evaluation else run_job
         try:
-            if job.kind == JobKind.evaluation:
-                ended = await run_evaluation(job.id, db=self.engine, data_dir=self.settings.data_dir, settings=self.settings)
-            else:
-                ended = await run_job(job.id, db=self.engine, data_dir=self.settings.data_dir, hooks=hooks, settings=self.settings)
+            ended = await run(job.id, db=self.engine, data_dir=self.settings.data_dir, hooks=hooks, settings=self.settings)
             reason = ended.stop_reason.value if ended.stop_reason else "-"
             log.info("finished job %s: %s (%s) at step %d", ended.id, ended.status.value, reason, ended.step)
         except JobInterrupted:
@@ -140,6 +143,13 @@ class Worker:
         finally:
             del self._held[job.id]
             self._slot_freed.set()
+
+    def _renew_in(self, session: Session, held: _Held) -> bool:
+        """The lease fence, inside a write's transaction: renew the lease, or learn that another worker has the job."""
+        if leases.renew(session, job_id=held.job_id, worker_id=self.id, lease_seconds=self.settings.lease_seconds):
+            return True
+        held.lost = True
+        return False
 
     def _holds(self, held: _Held) -> bool:
         """Whether the lease is surely still ours: not taken over, and renewed within a lease period."""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import art
 import openai
 import pytest
@@ -58,7 +56,8 @@ def sampled_choice(backend, model, text: str) -> Choice:
     )
 
 
-def test_chat_completions_speak_openai_with_consistent_logprobs(tmp_path):
+@pytest.mark.asyncio
+async def test_chat_completions_speak_openai_with_consistent_logprobs(tmp_path):
     async def scenario():
         backend, model = await _registered(tmp_path)
         try:
@@ -74,7 +73,7 @@ def test_chat_completions_speak_openai_with_consistent_logprobs(tmp_path):
         finally:
             await backend.close()
 
-    backend, model, response, again = asyncio.run(scenario())
+    backend, model, response, again = await scenario()
     assert response.model == f"{model.name}@0"
     assert len(response.choices) == 3
     assert [c.message.content for c in response.choices] == [c.message.content for c in again.choices]
@@ -97,7 +96,8 @@ def test_chat_completions_speak_openai_with_consistent_logprobs(tmp_path):
     assert response.usage.completion_tokens >= sum(len(c.message.content) for c in response.choices)
 
 
-def test_stop_strings_greedy_and_errors(tmp_path):
+@pytest.mark.asyncio
+async def test_stop_strings_greedy_and_errors(tmp_path):
     async def scenario():
         backend, model = await _registered(tmp_path)
         client = model.openai_client()
@@ -126,7 +126,7 @@ def test_stop_strings_greedy_and_errors(tmp_path):
         finally:
             await backend.close()
 
-    greedy, stopped = asyncio.run(scenario())
+    greedy, stopped = await scenario()
     assert greedy[0] == greedy[1]  # greedy ignores the seed
     if stopped is not None:
         choice = stopped.choices[0]
@@ -134,7 +134,8 @@ def test_stop_strings_greedy_and_errors(tmp_path):
         assert choice.finish_reason == "stop" and choice.stop_reason == greedy[0][1]
 
 
-def test_grpo_step_raises_rewarded_and_lowers_punished_completion(tmp_path):
+@pytest.mark.asyncio
+async def test_grpo_step_raises_rewarded_and_lowers_punished_completion(tmp_path):
     async def scenario():
         backend, model = await _registered(tmp_path)
         try:
@@ -150,7 +151,7 @@ def test_grpo_step_raises_rewarded_and_lowers_punished_completion(tmp_path):
         finally:
             await backend.close()
 
-    result, (good_before, bad_before), (good_after, bad_after) = asyncio.run(scenario())
+    result, (good_before, bad_before), (good_after, bad_after) = await scenario()
     assert result.step == 1
     assert good_after > good_before
     assert bad_after < bad_before
@@ -159,7 +160,8 @@ def test_grpo_step_raises_rewarded_and_lowers_punished_completion(tmp_path):
     assert result.metrics["clip_fraction"] == 0.0  # on-policy: every ratio starts at 1
 
 
-def test_zero_variance_groups_are_skipped_and_counted(tmp_path):
+@pytest.mark.asyncio
+async def test_zero_variance_groups_are_skipped_and_counted(tmp_path):
     async def scenario():
         backend, model = await _registered(tmp_path)
         try:
@@ -174,13 +176,14 @@ def test_zero_variance_groups_are_skipped_and_counted(tmp_path):
         finally:
             await backend.close()
 
-    result, before, after, step = asyncio.run(scenario())
+    result, before, after, step = await scenario()
     assert result.metrics["zero_variance_groups"] == 2 and result.metrics["trainable_groups"] == 0
     assert all(torch.equal(before[k], after[k]) for k in before)  # no signal, no update
     assert step == 1  # the step still advances, as ART's backends do
 
 
-def test_checkpoints_survive_a_restart_and_can_be_rolled_back(tmp_path):
+@pytest.mark.asyncio
+async def test_checkpoints_survive_a_restart_and_can_be_rolled_back(tmp_path):
     async def train_two_steps():
         backend, model = await _registered(tmp_path)
         try:
@@ -203,14 +206,15 @@ def test_checkpoints_survive_a_restart_and_can_be_rolled_back(tmp_path):
         finally:
             await backend.close()
 
-    trained = asyncio.run(train_two_steps())
-    step, reopened = asyncio.run(reopen())
+    trained = await train_two_steps()
+    step, reopened = await reopen()
     assert step == 2 and reopened == pytest.approx(trained, abs=1e-6)
-    step, rolled_back = asyncio.run(reopen(rollback_to=1))
+    step, rolled_back = await reopen(rollback_to=1)
     assert step == 1 and rolled_back != pytest.approx(trained, abs=1e-6)
 
 
-def test_warm_start_learns_the_demonstrations_and_is_cached(tmp_path):
+@pytest.mark.asyncio
+async def test_warm_start_learns_the_demonstrations_and_is_cached(tmp_path):
     demos = [art.Trajectory(messages_and_choices=[*PROMPT, {"role": "assistant", "content": "Final: 7"}])] * 256
 
     async def warm_start(root):
@@ -223,14 +227,14 @@ def test_warm_start_learns_the_demonstrations_and_is_cached(tmp_path):
         finally:
             await backend.close()
 
-    before, after, metrics = asyncio.run(warm_start(tmp_path / "first"))
+    before, after, metrics = await warm_start(tmp_path / "first")
     assert len(metrics) == 8 and metrics[-1]["loss"] < metrics[0]["loss"]
     assert after > before + 10
     # the same run elsewhere, sharing the cache, loads the result instead of training
     second_root = tmp_path / "second"
     second_root.mkdir()
     (second_root / "cache").symlink_to(tmp_path / "first" / "cache")
-    _, cached_after, cached_metrics = asyncio.run(warm_start(second_root))
+    _, cached_after, cached_metrics = await warm_start(second_root)
     assert cached_metrics == [{"cache_hit": 1.0, "batches": 8.0}]
     assert cached_after == pytest.approx(after, abs=1e-6)
 
@@ -238,7 +242,8 @@ def test_warm_start_learns_the_demonstrations_and_is_cached(tmp_path):
 SEARCH_TOOL = {"type": "function", "function": {"name": "read_email", "parameters": {"type": "object"}}}
 
 
-def test_a_policy_taught_to_call_a_tool_answers_with_openai_tool_calls(tmp_path):
+@pytest.mark.asyncio
+async def test_a_policy_taught_to_call_a_tool_answers_with_openai_tool_calls(tmp_path):
     """Demonstrations with tool_calls render in the text convention; the server parses them back."""
     call = {"id": "c0", "type": "function", "function": {"name": "read_email", "arguments": '{"id": "a1"}'}}
     conversation = [*PROMPT, {"role": "assistant", "content": "", "tool_calls": [call]}]
@@ -257,7 +262,7 @@ def test_a_policy_taught_to_call_a_tool_answers_with_openai_tool_calls(tmp_path)
         finally:
             await backend.close()
 
-    parsed, raw = asyncio.run(scenario())
+    parsed, raw = await scenario()
     assert raw.message.content == '<tool_call>read_email {"id": "a1"}</tool_call>'
     assert parsed.finish_reason == "tool_calls" and parsed.message.content is None
     (tool_call,) = parsed.message.tool_calls

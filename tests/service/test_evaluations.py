@@ -3,7 +3,6 @@ and the real store: manifests, the Locked Room rejections, the bootstrap gate ov
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 from pathlib import Path
@@ -37,13 +36,13 @@ def settings(database_url, tmp_path, baseline_api) -> Settings:
                     baseline_models=MODELS, baseline_api_base=baseline_api)  # fmt: skip
 
 
-def evaluate(engine, settings: Settings, model: str, **spec) -> Job:
+async def evaluate(engine, settings: Settings, model: str, **spec) -> Job:
     evaluation = EvaluationSpec.model_validate({"model": {"litellm": model}, "environment": "math", "max_examples": 100, **spec})
     with Session(engine) as session:
         job = runs.create_evaluation(session, spec=evaluation, environment="math")
         session.commit()
         job_id = job.id
-    return asyncio.run(run_evaluation(job_id, db=engine, data_dir=settings.data_dir, settings=settings))
+    return await run_evaluation(job_id, db=engine, data_dir=settings.data_dir, settings=settings)
 
 
 def measured(engine, job: Job) -> Measured:
@@ -51,9 +50,10 @@ def measured(engine, job: Job) -> Measured:
         return Measured(job.id, job.kind, 0, job.manifest, runs.example_results(session, job_id=job.id, step=0))
 
 
+@pytest.mark.asyncio
 @sqlite_only
-def test_an_evaluation_stores_its_summary_failure_table_and_per_example_results(engine, settings):
-    job = evaluate(engine, settings, "openai/sloppy")
+async def test_an_evaluation_stores_its_summary_failure_table_and_per_example_results(engine, settings):
+    job = await evaluate(engine, settings, "openai/sloppy")
     assert job.status == JobStatus.succeeded
     summary = job.summary
     assert summary["examples"] == 100 and 0.45 < summary["pass_rate"] < 0.75  # right on about 3 questions in 5
@@ -69,16 +69,17 @@ def test_an_evaluation_stores_its_summary_failure_table_and_per_example_results(
     assert job.manifest["locked"]["split"] == "val" and job.manifest["model"] == {"kind": "litellm", "model": "openai/sloppy"}
 
 
+@pytest.mark.asyncio
 @sqlite_only
-def test_a_run_with_one_val_answer_changed_is_rejected_with_the_fingerprint_named(engine, settings, tmp_path, monkeypatch):
-    original = evaluate(engine, settings, "openai/sloppy")
+async def test_a_run_with_one_val_answer_changed_is_rejected_with_the_fingerprint_named(engine, settings, tmp_path, monkeypatch):
+    original = await evaluate(engine, settings, "openai/sloppy")
     tampered = tmp_path / "math-tampered"
     shutil.copytree(MathEnvironment.scenario_dir, tampered)
     rows = [json.loads(line) for line in (tampered / "val.jsonl").read_text().splitlines()]
     rows[3]["expected_answer"] += 1  # one expected answer changed
     (tampered / "val.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     monkeypatch.setattr(MathEnvironment, "scenario_dir", tampered)
-    rerun = evaluate(engine, settings, "openai/sloppy")
+    rerun = await evaluate(engine, settings, "openai/sloppy")
 
     verdict = compare(measured(engine, original), measured(engine, rerun))
     assert verdict["decision"] == "REJECT" and not verdict["comparable"]
@@ -86,19 +87,21 @@ def test_a_run_with_one_val_answer_changed_is_rejected_with_the_fingerprint_name
     assert any("split_fingerprint" in reason for reason in verdict["reasons"])
 
 
+@pytest.mark.asyncio
 @sqlite_only
-def test_a_run_scored_by_a_new_scorer_version_is_rejected(engine, settings, monkeypatch):
-    original = evaluate(engine, settings, "openai/sloppy")
+async def test_a_run_scored_by_a_new_scorer_version_is_rejected(engine, settings, monkeypatch):
+    original = await evaluate(engine, settings, "openai/sloppy")
     monkeypatch.setattr(MathEnvironment, "scorer_version", "math-strict-1.0.1")
-    rescored = evaluate(engine, settings, "openai/sloppy")
+    rescored = await evaluate(engine, settings, "openai/sloppy")
     verdict = compare(measured(engine, original), measured(engine, rescored))
     assert verdict["decision"] == "REJECT"
     assert [d["field"] for d in verdict["differences"]] == ["locked.scorer_version"]
 
 
+@pytest.mark.asyncio
 @sqlite_only
-def test_comparable_runs_are_gated_by_the_bootstrap_interval_and_min_delta(engine, settings):
-    sloppy, oracle = evaluate(engine, settings, "openai/sloppy"), evaluate(engine, settings, "openai/oracle")
+async def test_comparable_runs_are_gated_by_the_bootstrap_interval_and_min_delta(engine, settings):
+    sloppy, oracle = await evaluate(engine, settings, "openai/sloppy"), await evaluate(engine, settings, "openai/oracle")
     better = compare(measured(engine, sloppy), measured(engine, oracle), min_delta=0.05)
     assert better["comparable"] and better["decision"] == "ACCEPT", better["reasons"]
     overall = better["overall"]
@@ -113,9 +116,10 @@ def test_comparable_runs_are_gated_by_the_bootstrap_interval_and_min_delta(engin
     assert worse["decision"] == "REJECT"
 
 
+@pytest.mark.asyncio
 @sqlite_only
-def test_a_regression_in_one_outcome_shows_even_when_the_total_rises(engine, settings):
-    sloppy, terse = evaluate(engine, settings, "openai/sloppy"), evaluate(engine, settings, "openai/terse")
+async def test_a_regression_in_one_outcome_shows_even_when_the_total_rises(engine, settings):
+    sloppy, terse = await evaluate(engine, settings, "openai/sloppy"), await evaluate(engine, settings, "openai/terse")
     verdict = compare(measured(engine, sloppy), measured(engine, terse), min_delta=0.0)
     assert verdict["overall"]["delta"] > 0.1  # terse is right more often...
     by_outcome = {row["outcome"]: row for row in verdict["outcomes"]}
@@ -125,9 +129,10 @@ def test_a_regression_in_one_outcome_shows_even_when_the_total_rises(engine, set
     assert any(reason.startswith("outcome missing_prefix rose") for reason in verdict["reasons"])
 
 
+@pytest.mark.asyncio
 @sqlite_only
-def test_best_of_n_is_selection_reported_with_pass_at_k_and_is_deterministic(engine, settings):
-    runs_ = [evaluate(engine, settings, "openai/dice", n=4, ks=[1, 2, 4], max_examples=30) for _ in range(5)]
+async def test_best_of_n_is_selection_reported_with_pass_at_k_and_is_deterministic(engine, settings):
+    runs_ = [await evaluate(engine, settings, "openai/dice", n=4, ks=[1, 2, 4], max_examples=30) for _ in range(5)]
     digests = {job.summary["selection_digest"] for job in runs_}
     assert len(digests) == 1  # the same output hash over 5 runs
     summary = runs_[0].summary
@@ -144,18 +149,20 @@ def test_best_of_n_is_selection_reported_with_pass_at_k_and_is_deterministic(eng
     assert all(len(r.details["candidates"]) == 4 for r in rows)
 
 
+@pytest.mark.asyncio
 @sqlite_only
-def test_an_unknown_provider_or_a_disallowed_model_fails_the_evaluation_with_a_clear_error(engine, settings):
+async def test_an_unknown_provider_or_a_disallowed_model_fails_the_evaluation_with_a_clear_error(engine, settings):
     settings.baseline_models.append("nosuchprovider/model")
     with pytest.raises(ValueError, match="litellm cannot route"):
-        evaluate(engine, settings, "nosuchprovider/model")
+        await evaluate(engine, settings, "nosuchprovider/model")
     settings.baseline_models.remove("openai/dice")
     with pytest.raises(ValueError, match="not a baseline model this server allows"):
-        evaluate(engine, settings, "openai/dice")
+        await evaluate(engine, settings, "openai/dice")
 
 
+@pytest.mark.asyncio
 @sqlite_only
-def test_a_job_that_names_a_baseline_measures_it_first_and_stops_once_it_beats_it(engine, settings):
+async def test_a_job_that_names_a_baseline_measures_it_first_and_stops_once_it_beats_it(engine, settings):
     from service.spec import JobSpec
     from service.training.loop import run_job
 
@@ -167,7 +174,7 @@ def test_a_job_that_names_a_baseline_measures_it_first_and_stops_once_it_beats_i
         job = runs.create_job(session, spec=spec)
         session.commit()
         job_id = job.id
-    ended = asyncio.run(run_job(job_id, db=engine, data_dir=settings.data_dir, settings=settings))
+    ended = await run_job(job_id, db=engine, data_dir=settings.data_dir, settings=settings)
     assert ended.stop_reason.value == "beat_baseline" and ended.step == 0  # 0.0 >= 0.0 + 0.0 at the first validation
     with Session(engine) as session:
         baseline = runs.baseline_evaluation(session, job_id=job_id)
@@ -180,8 +187,9 @@ def test_a_job_that_names_a_baseline_measures_it_first_and_stops_once_it_beats_i
     assert verdict["baseline"]["examples"] == verdict["candidate"]["examples"] == 10
 
 
+@pytest.mark.asyncio
 @sqlite_only
-def test_a_cancelled_evaluation_stops_within_a_tenth_of_its_rollouts_and_records_no_results(engine, settings):
+async def test_a_cancelled_evaluation_stops_within_a_tenth_of_its_rollouts_and_records_no_results(engine, settings):
     from service.store import jobs
 
     evaluation = EvaluationSpec.model_validate({"model": {"litellm": "openai/sloppy"}, "environment": "math", "max_examples": 100})
@@ -196,7 +204,7 @@ def test_a_cancelled_evaluation_stops_within_a_tenth_of_its_rollouts_and_records
         session.commit()
         jobs.request_cancel(session, job=job, requested_by="test")
         session.commit()
-    ended = asyncio.run(run_evaluation(job_id, db=engine, data_dir=settings.data_dir, settings=settings))
+    ended = await run_evaluation(job_id, db=engine, data_dir=settings.data_dir, settings=settings)
     assert ended.status == JobStatus.cancelled and ended.stop_reason.value == "cancelled" and ended.summary is None
     with Session(engine) as session:
         assert runs.example_results(session, job_id=job_id, step=0) == []
@@ -204,8 +212,9 @@ def test_a_cancelled_evaluation_stops_within_a_tenth_of_its_rollouts_and_records
     assert progress and max(p["done"] for p in progress) < progress[0]["total"] == 100  # stopped early
 
 
+@pytest.mark.asyncio
 @sqlite_only
-def test_two_training_runs_one_with_a_changed_val_answer_are_rejected_with_the_fingerprint_named(
+async def test_two_training_runs_one_with_a_changed_val_answer_are_rejected_with_the_fingerprint_named(
     engine, settings, tmp_path, monkeypatch
 ):
     from service.spec import JobSpec
@@ -217,18 +226,18 @@ def test_two_training_runs_one_with_a_changed_val_answer_are_rejected_with_the_f
         "validation": {"max_examples": 10, "every_n_steps": 1},
     })  # fmt: skip
 
-    def train() -> Measured:
+    async def train() -> Measured:
         with Session(engine) as session:
             job = runs.create_job(session, spec=spec)
             session.commit()
             job_id = job.id
-        ended = asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / job_id, settings=settings))
+        ended = await run_job(job_id, db=engine, data_dir=tmp_path / job_id, settings=settings)
         with Session(engine) as session:
             return Measured(job_id, ended.kind, ended.best_step, ended.manifest,
                             runs.example_results(session, job_id=job_id, step=ended.best_step))  # fmt: skip
 
-    original = train()
-    again = compare(original, train())
+    original = await train()
+    again = compare(original, await train())
     assert again["comparable"] and again["overall"]["delta"] == 0.0  # the same run again: comparable, and equal
     tampered = tmp_path / "math-tampered"
     shutil.copytree(MathEnvironment.scenario_dir, tampered)
@@ -236,7 +245,7 @@ def test_two_training_runs_one_with_a_changed_val_answer_are_rejected_with_the_f
     rows[0]["expected_answer"] += 1
     (tampered / "val.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     monkeypatch.setattr(MathEnvironment, "scenario_dir", tampered)
-    verdict = compare(original, train())
+    verdict = compare(original, await train())
     assert verdict["decision"] == "REJECT"
     assert [d["field"] for d in verdict["differences"]] == ["locked.split_fingerprint"]
 

@@ -3,8 +3,6 @@ loopback (the real protocol, through litellm), against a real SQLite store."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from sqlmodel import Session, select
 
@@ -30,8 +28,8 @@ def settings_for(server, tmp_path, **overrides) -> Settings:
     return Settings(**{**values, **overrides})
 
 
-def train(engine, job_id, tmp_path, settings):
-    return asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "data", settings=settings))
+async def train(engine, job_id, tmp_path, settings):
+    return await run_job(job_id, db=engine, data_dir=tmp_path / "data", settings=settings)
 
 
 def step_metrics(engine, job_id):
@@ -39,11 +37,12 @@ def step_metrics(engine, job_id):
         return [s.metrics for s in runs.steps(session, job_id=job_id)]
 
 
-def test_a_hybrid_job_trains_on_ruler_rewards_and_stops_on_ground_truth(tmp_path):
+@pytest.mark.asyncio
+async def test_a_hybrid_job_trains_on_ruler_rewards_and_stops_on_ground_truth(tmp_path):
     engine = _new_store(tmp_path)
     job_id = _submit(engine, judged())
     with judge_server() as server:
-        job = train(engine, job_id, tmp_path, settings_for(server, tmp_path))
+        job = await train(engine, job_id, tmp_path, settings_for(server, tmp_path))
         calls = len(server.requests)
     assert job.status is JobStatus.succeeded and job.stop_reason is StopReason.max_steps
     steps, points = _history(engine, job_id)
@@ -67,11 +66,12 @@ def test_a_hybrid_job_trains_on_ruler_rewards_and_stops_on_ground_truth(tmp_path
     assert all("independent_reward" in r.details["metrics"] for r in train_rows)
 
 
-def test_groups_the_judge_cannot_score_are_dropped_and_the_rest_train(tmp_path):
+@pytest.mark.asyncio
+async def test_groups_the_judge_cannot_score_are_dropped_and_the_rest_train(tmp_path):
     engine = _new_store(tmp_path)
     job_id = _submit(engine, judged())
     with judge_server([Behaviour(status=401)]) as server:  # the first group's call is refused, not retried
-        job = train(engine, job_id, tmp_path, settings_for(server, tmp_path))
+        job = await train(engine, job_id, tmp_path, settings_for(server, tmp_path))
     assert job.status is JobStatus.succeeded and job.step == 4
     metrics = step_metrics(engine, job_id)
     assert [m["judge_dropped_groups"] for m in metrics] == [1, 0, 0, 0]
@@ -83,54 +83,59 @@ def test_groups_the_judge_cannot_score_are_dropped_and_the_rest_train(tmp_path):
     assert len(failures) == 1 and failures[0].step == 2 and failures[0].evidence["dropped_groups"] == 1
 
 
-def test_a_judge_that_is_down_stops_the_job_with_the_reason(tmp_path):
+@pytest.mark.asyncio
+async def test_a_judge_that_is_down_stops_the_job_with_the_reason(tmp_path):
     engine = _new_store(tmp_path)
     job_id = _submit(engine, judged())
     with judge_server([Behaviour(status=503)] * 100) as server:
-        job = train(engine, job_id, tmp_path, settings_for(server, tmp_path))
+        job = await train(engine, job_id, tmp_path, settings_for(server, tmp_path))
     assert job.status is JobStatus.failed and job.stop_reason is StopReason.error
     assert "the judge scored none of step 1's groups in 3 tries" in job.error and "ServiceUnavailableError" in job.error
     assert _history(engine, job_id)[0] == []
 
 
-def test_a_step_the_judge_failed_whole_is_tried_again_and_counts_every_try(tmp_path):
+@pytest.mark.asyncio
+async def test_a_step_the_judge_failed_whole_is_tried_again_and_counts_every_try(tmp_path):
     engine = _new_store(tmp_path)
     job_id = _submit(engine, judged())
     with judge_server([Behaviour(status=401), Behaviour(status=401)]) as server:  # both groups of the first try
-        job = train(engine, job_id, tmp_path, settings_for(server, tmp_path))
+        job = await train(engine, job_id, tmp_path, settings_for(server, tmp_path))
     assert job.status is JobStatus.succeeded and job.step == 4
     first = step_metrics(engine, job_id)[0]
     assert (first["judge_groups"], first["judge_dropped_groups"], first["judge_responses"]) == (4, 2, 2)
 
 
-def test_the_judge_budget_stops_the_job(tmp_path):
+@pytest.mark.asyncio
+async def test_the_judge_budget_stops_the_job(tmp_path):
     engine = _new_store(tmp_path)
     job_id = _submit(engine, judged(max_judge_cost_usd=1e-6))
     with judge_server() as server:
-        job = train(engine, job_id, tmp_path, settings_for(server, tmp_path))
+        job = await train(engine, job_id, tmp_path, settings_for(server, tmp_path))
     assert job.status is JobStatus.succeeded and job.stop_reason is StopReason.budget and job.step == 1
     assert step_metrics(engine, job_id)[0]["judge_cost_usd"] >= 1e-6
 
 
-def test_a_ruler_job_stops_when_the_mean_ruler_reward_plateaus(tmp_path):
+@pytest.mark.asyncio
+async def test_a_ruler_job_stops_when_the_mean_ruler_reward_plateaus(tmp_path):
     engine = _new_store(tmp_path)
     spec = judged("ruler")
     spec["training"] = {**spec["training"], "max_steps": 50}
     spec["validation"] = {**spec["validation"], "every_n_steps": 1, "patience": 2, "min_delta": 0.5}
     job_id = _submit(engine, spec)
     with judge_server(scorer=lambda text: 0.5) as server:
-        job = train(engine, job_id, tmp_path, settings_for(server, tmp_path))
+        job = await train(engine, job_id, tmp_path, settings_for(server, tmp_path))
     assert job.status is JobStatus.succeeded and job.stop_reason is StopReason.plateau and job.step == 3
     steps, points = _history(engine, job_id)
     assert [p[0] for p in points] == [1, 2, 3]  # no ground truth, so no step-0 point
     assert [p[1] for p in points] == [s[1] for s in steps] == [0.5, 0.5, 0.5] and all(p[2] is None for p in points)
 
 
-def test_a_judge_the_operator_does_not_allow_fails_the_job_before_it_trains(tmp_path):
+@pytest.mark.asyncio
+async def test_a_judge_the_operator_does_not_allow_fails_the_job_before_it_trains(tmp_path):
     engine = _new_store(tmp_path)
     job_id = _submit(engine, judged())
     with judge_server() as server, pytest.raises(JudgeNotAllowed):
-        train(engine, job_id, tmp_path, settings_for(server, tmp_path, judge_models=["openai/other"]))
+        await train(engine, job_id, tmp_path, settings_for(server, tmp_path, judge_models=["openai/other"]))
     assert server.requests == []
     with Session(engine) as session:
         job = runs.get_job(session, job_id=job_id)
@@ -141,10 +146,11 @@ EXACT = {"type": "string_check", "name": "exact", "input": "{{sample.output_text
          "reference": "Final: {{item.expected_answer}}", "operation": "eq"}  # fmt: skip
 
 
-def test_a_grader_job_trains_on_the_grader_s_rewards(tmp_path):
+@pytest.mark.asyncio
+async def test_a_grader_job_trains_on_the_grader_s_rewards(tmp_path):
     engine = _new_store(tmp_path)
     job_id = _submit(engine, {**TINY_RUN, "reward": {"mode": "grader", "grader": EXACT}})
-    job = asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "data", settings=Settings(data_dir=tmp_path / "data")))
+    job = await run_job(job_id, db=engine, data_dir=tmp_path / "data", settings=Settings(data_dir=tmp_path / "data"))
     assert job.status is JobStatus.succeeded and job.step == 4
     metrics = step_metrics(engine, job_id)
     assert all(m["judge_groups"] == 2 and m["judge_dropped_groups"] == 0 and m["judge_cost_usd"] == 0 for m in metrics)
@@ -155,9 +161,10 @@ def test_a_grader_job_trains_on_the_grader_s_rewards(tmp_path):
     assert all(r.reward == float(r.messages[-1]["content"] == f"Final: {expected[r.scenario_id]}") for r in rows)
 
 
-def test_a_model_grader_names_only_judges_the_operator_allows(tmp_path):
+@pytest.mark.asyncio
+async def test_a_model_grader_names_only_judges_the_operator_allows(tmp_path):
     scored = {"type": "score_model", "name": "judge", "model": "openai/o3", "input": [{"role": "user", "content": "{{sample.output_text}}"}]}
     engine = _new_store(tmp_path)
     job_id = _submit(engine, {**TINY_RUN, "reward": {"mode": "grader", "grader": scored}})
     with pytest.raises(JudgeNotAllowed, match="openai/o3"):
-        asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "data", settings=Settings(data_dir=tmp_path / "data")))
+        await run_job(job_id, db=engine, data_dir=tmp_path / "data", settings=Settings(data_dir=tmp_path / "data"))

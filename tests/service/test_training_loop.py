@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from sqlmodel import Session, select
 
@@ -13,7 +11,8 @@ from service.store import db as store_db
 from service.store import runs
 from service.store.events import events_after
 from service.store.tables import JobStatus, SampledTrajectory, StopReason, TrainingStep
-from service.training.loop import JobHooks, JobInterrupted, run_job
+from service.training.control import JobHooks, JobInterrupted
+from service.training.loop import run_job
 
 TINY_RUN = {
     "environment": "math",
@@ -48,11 +47,12 @@ def _history(engine, job_id):
         return steps, points
 
 
-def test_a_run_records_every_step_and_validation_point_and_stops(tmp_path):
+@pytest.mark.asyncio
+async def test_a_run_records_every_step_and_validation_point_and_stops(tmp_path):
     engine = _new_store(tmp_path)
     job_id = _submit(engine, TINY_RUN)
     events = []
-    job = asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "data", hooks=JobHooks(on_event=lambda k, d: events.append((k, d)))))
+    job = await run_job(job_id, db=engine, data_dir=tmp_path / "data", hooks=JobHooks(on_event=lambda k, d: events.append((k, d))))
     assert job.status is JobStatus.succeeded and job.stop_reason is StopReason.max_steps and job.step == 4
     steps, points = _history(engine, job_id)
     assert [s[0] for s in steps] == [1, 2, 3, 4]
@@ -67,10 +67,11 @@ def test_a_run_records_every_step_and_validation_point_and_stops(tmp_path):
         assert {"rollout_s", "train_s", "trainable_groups"} <= set(row.metrics)
 
 
-def test_resume_after_a_crash_continues_at_the_right_step_without_duplicates(tmp_path):
+@pytest.mark.asyncio
+async def test_resume_after_a_crash_continues_at_the_right_step_without_duplicates(tmp_path):
     reference_store = _new_store(tmp_path / "reference")
     reference_id = _submit(reference_store, TINY_RUN)
-    asyncio.run(run_job(reference_id, db=reference_store, data_dir=tmp_path / "reference" / "data"))
+    await run_job(reference_id, db=reference_store, data_dir=tmp_path / "reference" / "data")
     expected = _history(reference_store, reference_id)
 
     engine = _new_store(tmp_path / "crashed")
@@ -81,25 +82,26 @@ def test_resume_after_a_crash_continues_at_the_right_step_without_duplicates(tmp
             raise Crash()
 
     with pytest.raises(Crash):
-        asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "crashed" / "data", hooks=JobHooks(on_event=crash_after_step_3)))
+        await run_job(job_id, db=engine, data_dir=tmp_path / "crashed" / "data", hooks=JobHooks(on_event=crash_after_step_3))
     # the checkpoint of step 3 exists, but pretend the process died before its row was committed
     with Session(engine) as session:
         session.delete(next(s for s in runs.steps(session, job_id=job_id) if s.step == 3))
         session.commit()
         assert runs.get_job(session, job_id=job_id).status is JobStatus.running
 
-    job = asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "crashed" / "data"))
+    job = await run_job(job_id, db=engine, data_dir=tmp_path / "crashed" / "data")
     assert job.status is JobStatus.succeeded and job.step == 4
     # same seed, same config: the interrupted run ends exactly where the uninterrupted one did
     assert _history(engine, job_id) == expected
 
 
-def test_a_failing_run_is_recorded_as_failed_with_the_error(tmp_path):
+@pytest.mark.asyncio
+async def test_a_failing_run_is_recorded_as_failed_with_the_error(tmp_path):
     engine = _new_store(tmp_path)
     spec = {**TINY_RUN, "model": {"base_model": "embedded/char-gpt-0.2m", "backend": "serverless"}}
     job_id = _submit(engine, spec)
     with pytest.raises(Exception, match="WANDB_API_KEY"):
-        asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "data"))
+        await run_job(job_id, db=engine, data_dir=tmp_path / "data")
     with Session(engine) as session:
         job = runs.get_job(session, job_id=job_id)
         assert job.status is JobStatus.failed and job.stop_reason is StopReason.error
@@ -109,9 +111,10 @@ def test_a_failing_run_is_recorded_as_failed_with_the_error(tmp_path):
 FORMAT_OUTCOMES = ("missing_prefix", "extra_whitespace", "not_single_line", "leading_zeros", "not_integer")
 
 
+@pytest.mark.asyncio
 @pytest.mark.slow
 @pytest.mark.timeout(1500)  # about 3-5 minutes on an idle 2-core machine, several times that on a busy one
-def test_a_short_run_from_a_warm_start_learns(tmp_path):
+async def test_a_short_run_from_a_warm_start_learns(tmp_path):
     """Warm start, then GRPO against the strict scorer: validation accuracy rises and format slips fall."""
     spec = {
         "environment": "math",
@@ -121,7 +124,7 @@ def test_a_short_run_from_a_warm_start_learns(tmp_path):
     }
     engine = _new_store(tmp_path)
     job_id = _submit(engine, spec)
-    job = asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "data"))
+    job = await run_job(job_id, db=engine, data_dir=tmp_path / "data")
     _, points = _history(engine, job_id)
     step0, best = points[0], max(points, key=lambda p: p[1])
     assert job.status is JobStatus.succeeded and job.step == 10
@@ -130,10 +133,11 @@ def test_a_short_run_from_a_warm_start_learns(tmp_path):
     assert step0[2] > 0.5  # the warm start knows the arithmetic; sampling is what RL must fix
 
 
-def test_events_and_sampled_rollouts_are_stored_with_their_steps(tmp_path):
+@pytest.mark.asyncio
+async def test_events_and_sampled_rollouts_are_stored_with_their_steps(tmp_path):
     engine = _new_store(tmp_path)
     job_id = _submit(engine, TINY_RUN)
-    asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "data", hooks=JobHooks(trajectories_per_step=3)))
+    await run_job(job_id, db=engine, data_dir=tmp_path / "data", hooks=JobHooks(trajectories_per_step=3))
     with Session(engine) as session:
         kinds = [(e.kind, e.step) for e in events_after(session, job_id=job_id)]
         rollouts = session.exec(select(SampledTrajectory).where(SampledTrajectory.job_id == job_id)).all()
@@ -150,7 +154,8 @@ def test_events_and_sampled_rollouts_are_stored_with_their_steps(tmp_path):
     assert {r.step for r in rollouts if r.split == "val"} == {0, 2, 4}
 
 
-def test_a_cancel_request_stops_the_job_at_the_next_step_boundary(tmp_path):
+@pytest.mark.asyncio
+async def test_a_cancel_request_stops_the_job_at_the_next_step_boundary(tmp_path):
     engine = _new_store(tmp_path)
     job_id = _submit(engine, TINY_RUN)
 
@@ -162,20 +167,21 @@ def test_a_cancel_request_stops_the_job_at_the_next_step_boundary(tmp_path):
                 session.add(job)
                 session.commit()
 
-    job = asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "data", hooks=JobHooks(on_event=cancel_after_step_2)))
+    job = await run_job(job_id, db=engine, data_dir=tmp_path / "data", hooks=JobHooks(on_event=cancel_after_step_2))
     assert job.status is JobStatus.cancelled and job.stop_reason is StopReason.cancelled
     assert job.step == 2 and job.best_step is not None  # validation at step 2 ran before the boundary
 
 
-def test_should_stop_interrupts_without_recording_and_the_job_resumes(tmp_path):
+@pytest.mark.asyncio
+async def test_should_stop_interrupts_without_recording_and_the_job_resumes(tmp_path):
     engine = _new_store(tmp_path)
     job_id = _submit(engine, TINY_RUN)
     seen: list[int] = []
     hooks = JobHooks(on_event=lambda k, d: seen.append(d["step"]) if k == "step" else None, should_stop=lambda: len(seen) >= 1)
     with pytest.raises(JobInterrupted):
-        asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "data", hooks=hooks))
+        await run_job(job_id, db=engine, data_dir=tmp_path / "data", hooks=hooks)
     with Session(engine) as session:
         job = runs.get_job(session, job_id=job_id)
         assert job.status is JobStatus.running and job.finished_at is None and job.step == 1
-    job = asyncio.run(run_job(job_id, db=engine, data_dir=tmp_path / "data"))
+    job = await run_job(job_id, db=engine, data_dir=tmp_path / "data")
     assert job.status is JobStatus.succeeded and [s[0] for s in _history(engine, job_id)[0]] == [1, 2, 3, 4]

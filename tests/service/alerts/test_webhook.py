@@ -85,12 +85,9 @@ def alert(store) -> Alert:
     return row
 
 
-def deliver(notifier: WebhookNotifier, alert: Alert) -> None:
-    async def main() -> None:
-        notifier.notify([alert])
-        await notifier.aclose()  # returns once the delivery is over
-
-    asyncio.run(main())
+async def deliver(notifier: WebhookNotifier, alert: Alert) -> None:
+    notifier.notify([alert])
+    await notifier.aclose()  # returns once the delivery is over
 
 
 def outcome(engine: Engine, alert: Alert) -> tuple[str | None, int]:
@@ -103,19 +100,21 @@ def quick(url: str | None, engine: Engine, **options) -> WebhookNotifier:
     return WebhookNotifier(url, engine, **{"backoff_s": 0.01, "max_attempts": 3, **options})
 
 
-def test_delivered_after_a_5xx_and_a_429(serve, store, alert):
+@pytest.mark.asyncio
+async def test_delivered_after_a_5xx_and_a_429(serve, store, alert):
     script = {1: (500, {}), 2: (429, {"Retry-After": "0"})}
     hook = serve(lambda n: script.get(n, (200, {})))
-    deliver(quick(hook.url, store, max_attempts=5), alert)
+    await deliver(quick(hook.url, store, max_attempts=5), alert)
     assert outcome(store, alert) == ("delivered", 3)
     assert hook.bodies == [alert_data(alert)] * 3
     assert hook.bodies[0]["kind"] == "collapse" and hook.bodies[0]["evidence"] == {"fraction": 0.875}
 
 
 @pytest.mark.timeout(60)  # an uncapped wait would hang here
-def test_a_long_retry_after_is_capped(serve, store, alert):
+@pytest.mark.asyncio
+async def test_a_long_retry_after_is_capped(serve, store, alert):
     hook = serve(lambda n: (429, {"Retry-After": "3600"}) if n == 1 else (200, {}))
-    deliver(quick(hook.url, store, max_retry_after_s=0.01), alert)
+    await deliver(quick(hook.url, store, max_retry_after_s=0.01), alert)
     assert outcome(store, alert) == ("delivered", 2)
 
 
@@ -126,36 +125,36 @@ def test_retry_after_is_honoured_up_to_its_cap(header, wait):
     assert _retry_after(httpx.Response(429, headers={"Retry-After": header}), default=0.5, cap=30.0) == wait
 
 
-def test_failed_after_max_attempts_when_the_server_keeps_failing(serve, store, alert):
+@pytest.mark.asyncio
+async def test_failed_after_max_attempts_when_the_server_keeps_failing(serve, store, alert):
     hook = serve(lambda n: (503, {}))
-    deliver(quick(hook.url, store), alert)
+    await deliver(quick(hook.url, store), alert)
     assert outcome(store, alert) == ("failed", 3) and len(hook.bodies) == 3
 
 
-def test_a_client_error_is_final(serve, store, alert):
+@pytest.mark.asyncio
+async def test_a_client_error_is_final(serve, store, alert):
     hook = serve(lambda n: (400, {}))
-    deliver(quick(hook.url, store), alert)
+    await deliver(quick(hook.url, store), alert)
     assert outcome(store, alert) == ("failed", 1) and len(hook.bodies) == 1
 
 
-def test_failed_when_nothing_listens(store, alert):
+@pytest.mark.asyncio
+async def test_failed_when_nothing_listens(store, alert):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # free once the probe closes: connections are refused
-    deliver(quick(f"http://127.0.0.1:{port}/alerts", store), alert)
+    await deliver(quick(f"http://127.0.0.1:{port}/alerts", store), alert)
     assert outcome(store, alert) == ("failed", 3)
 
 
-def test_aclose_gives_up_on_a_stuck_delivery_after_its_bound(serve, store, alert):
+@pytest.mark.asyncio
+async def test_aclose_gives_up_on_a_stuck_delivery_after_its_bound(serve, store, alert):
     hook = serve(lambda n: (200, {}), hold=True)
     notifier = quick(hook.url, store, close_timeout_s=0.1)
-
-    async def main() -> None:
-        notifier.notify([alert])
-        assert await asyncio.to_thread(hook.received.wait, 30)  # the request is in, and held
-        await notifier.aclose()
-
-    asyncio.run(main())
+    notifier.notify([alert])
+    assert await asyncio.to_thread(hook.received.wait, 30)  # the request is in, and held
+    await notifier.aclose()
     assert outcome(store, alert) == ("pending", 0)  # not delivered, and says so
 
 

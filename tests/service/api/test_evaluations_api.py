@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from service.evaluation.runner import run_evaluation
@@ -33,8 +31,9 @@ def test_a_job_has_its_manifest_from_submission(client, auth):
     assert client.get(f"/v1/jobs/{job['id']}/manifest", headers=auth()).status_code == 404  # another client's
 
 
+@pytest.mark.asyncio
 @sqlite_only
-def test_evaluations_are_queued_run_and_read_back_with_results_and_compared(client, auth, engine, settings):
+async def test_evaluations_are_queued_run_and_read_back_with_results_and_compared(client, auth, engine, settings):
     headers = auth()
     body = {"model": {"litellm": "openai/sloppy"}, "environment": "math", "max_examples": 40}
     created = client.post("/v1/evaluations", json=body, headers=headers)
@@ -43,7 +42,7 @@ def test_evaluations_are_queued_run_and_read_back_with_results_and_compared(clie
     assert evaluation["status"] == "queued" and evaluation["summary"] is None
     oracle = client.post("/v1/evaluations", json={**body, "model": {"litellm": "openai/oracle"}}, headers=headers).json()
     for ev in (evaluation, oracle):  # what a worker does with a claimed evaluation
-        asyncio.run(run_evaluation(ev["id"], db=engine, data_dir=settings.data_dir, settings=settings))
+        await run_evaluation(ev["id"], db=engine, data_dir=settings.data_dir, settings=settings)
 
     done = client.get(f"/v1/evaluations/{evaluation['id']}", headers=headers).json()
     assert done["status"] == "succeeded" and done["summary"]["examples"] == 40

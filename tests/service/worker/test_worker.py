@@ -30,31 +30,28 @@ def _worker(engine, tmp_path, *, concurrency: int = 1) -> Worker:
     return Worker(engine, settings, worker_id="test-worker")
 
 
-def _run_until(worker: Worker, done: Callable[[], bool]) -> None:
+async def _run_until(worker: Worker, done: Callable[[], bool]) -> None:
     """Run the worker until ``done()`` holds, then stop it the way SIGTERM does."""
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        task = asyncio.create_task(worker.run(stop))
-        while not done():
-            if task.done():
-                task.result()  # the worker ended early: raise what it raised
-                pytest.fail("the worker stopped on its own")
-            await asyncio.sleep(0.1)
-        stop.set()
-        await task
-
-    asyncio.run(main())
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    while not done():
+        if task.done():
+            task.result()  # the worker ended early: raise what it raised
+            pytest.fail("the worker stopped on its own")
+        await asyncio.sleep(0.1)
+    stop.set()
+    await task
 
 
 def _all_ended(engine, job_ids: list[str]) -> bool:
     return all(load_job(engine, job_id).status in ENDED for job_id in job_ids)
 
 
+@pytest.mark.asyncio
 @pytest.mark.timeout(300)
-def test_a_worker_with_concurrency_2_trains_two_jobs_at_once(engine, tmp_path):
+async def test_a_worker_with_concurrency_2_trains_two_jobs_at_once(engine, tmp_path):
     first, second = submit(engine, TINY_JOB), submit(engine, TINY_JOB)
-    _run_until(_worker(engine, tmp_path, concurrency=2), lambda: _all_ended(engine, [first, second]))
+    await _run_until(_worker(engine, tmp_path, concurrency=2), lambda: _all_ended(engine, [first, second]))
     a, b = load_job(engine, first), load_job(engine, second)
     assert a.status is b.status is JobStatus.succeeded and a.step == b.step == 4
     assert a.started_at < b.finished_at and b.started_at < a.finished_at  # their running times overlap
@@ -64,21 +61,23 @@ def test_a_worker_with_concurrency_2_trains_two_jobs_at_once(engine, tmp_path):
         assert record.concurrency == 2 and record.stopped_at is not None
 
 
+@pytest.mark.asyncio
 @pytest.mark.timeout(300)
 @sqlite_only  # a job's failure is the worker's business, not the database's
-def test_a_failing_job_is_recorded_and_the_worker_goes_on_to_the_next(engine, tmp_path, monkeypatch):
+async def test_a_failing_job_is_recorded_and_the_worker_goes_on_to_the_next(engine, tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     serverless = {**TINY_JOB, "model": {**TINY_JOB["model"], "backend": "serverless"}}  # fails: no WANDB_API_KEY
     failing, fine = submit(engine, serverless), submit(engine, TINY_JOB)
-    _run_until(_worker(engine, tmp_path), lambda: _all_ended(engine, [failing, fine]))
+    await _run_until(_worker(engine, tmp_path), lambda: _all_ended(engine, [failing, fine]))
     failed = load_job(engine, failing)
     assert failed.status is JobStatus.failed and failed.stop_reason is StopReason.error
     assert "WANDB_API_KEY" in failed.error
     assert load_job(engine, fine).status is JobStatus.succeeded
 
 
+@pytest.mark.asyncio
 @pytest.mark.timeout(300)
-def test_a_job_whose_lease_was_taken_over_stops_at_a_step_boundary_and_records_nothing_more(engine, tmp_path):
+async def test_a_job_whose_lease_was_taken_over_stops_at_a_step_boundary_and_records_nothing_more(engine, tmp_path):
     job_id = submit(engine, LONGER_JOB)
     stolen_at: list[datetime] = []
 
@@ -100,7 +99,7 @@ def test_a_job_whose_lease_was_taken_over_stops_at_a_step_boundary_and_records_n
             record = session.get(WorkerRecord, "test-worker")
             return record.heartbeat_at > stolen_at[0] and record.running_jobs == 0
 
-    _run_until(_worker(engine, tmp_path), steal_after_the_first_step)
+    await _run_until(_worker(engine, tmp_path), steal_after_the_first_step)
     job = load_job(engine, job_id)
     assert job.status is JobStatus.running and job.worker_id == "thief"  # neither finished nor released by the loser
     steps, _ = history(engine, job_id)

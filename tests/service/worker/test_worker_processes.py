@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 
 import pytest
+import pytest_asyncio
 from sqlmodel import Session, select
 
 from service.store import db as store_db
@@ -18,15 +18,15 @@ from tests.service.worker.conftest import LONGER_JOB, history, load_job, submit,
 ENDED = (JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled)
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def reference(tmp_path_factory):
     """The history of LONGER_JOB trained without interruption (same seed: the same numbers)."""
     root = tmp_path_factory.mktemp("reference")
     url = f"sqlite:///{root / 'store.db'}"
     store_db.upgrade(url)
     engine = store_db.make_engine(url)
     job_id = submit(engine, LONGER_JOB)
-    asyncio.run(run_job(job_id, db=engine, data_dir=root / "data"))
+    await run_job(job_id, db=engine, data_dir=root / "data")
     yield history(engine, job_id)
     engine.dispose()
 
