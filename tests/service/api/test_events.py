@@ -197,7 +197,7 @@ def test_an_idle_stream_is_pinged_and_ends_when_the_client_goes(settings, engine
                     if line.startswith(":") and "event: queued" in seen:
                         break  # nothing happened since the queued event: the server keeps the connection alive
                 assert "event: queued" in seen and "ping" in seen[-1]
-                assert len(server.server_state.tasks) == 1
+                assert any(line.startswith(":") for line in response.iter_lines())  # still open: pinged again
         wait_for(lambda: not server.server_state.tasks, what="the stream's request to end after the client left")
 
 
