@@ -36,7 +36,14 @@ def json_server(answer: Answer) -> Iterator[str]:
             except (BrokenPipeError, ConnectionResetError):  # the client gave up waiting (a timeout test's point)
                 pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    with http_server(Handler) as url:
+        yield url
+
+
+@contextmanager
+def http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """``handler`` served on a free loopback port, a thread per request; yields ``http://127.0.0.1:PORT``."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

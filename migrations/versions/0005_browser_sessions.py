@@ -8,10 +8,9 @@ A login stores the sha256 of a random session secret with its API token, an expi
 the browser gets the secret. Logging out revokes the row; revoking the token ends its sessions. The
 downgrade drops the table, which logs every browser out.
 """
-from alembic import op
 import sqlalchemy as sa
 import sqlmodel
-
+from alembic import op
 
 revision = '0005'
 down_revision = '0004'

@@ -16,7 +16,6 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-
 DRAIN_BYTES = 4 * 1024 * 1024  # read and dropped after a refusal, so the client reads the 413 (see above)
 
 

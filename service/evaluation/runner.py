@@ -23,7 +23,7 @@ from sqlmodel import Session
 from environments.base import Environment, Sampling
 from service.backends import make_backend
 from service.evaluation.plan import EvaluationError, Resolved, manifest_for, resolve
-from service.evaluation.results import completion_text, completion_tokens, example_row, summarize, sum_logprob
+from service.evaluation.results import completion_text, completion_tokens, example_row, sum_logprob, summarize
 from service.evaluation.selection import Candidate, select
 from service.settings import Settings
 from service.spec import CheckpointModel, EvaluationSpec, JobSpec

@@ -13,7 +13,17 @@ from datetime import datetime, timedelta, timezone
 from sqlalchemy import and_, func
 from sqlmodel import Session, col, select
 
-from service.store.tables import Alert, AlertState, Job, JobKind, JobStatus, TrainingStep, ValidationPoint, WorkerRecord, utcnow
+from service.store.tables import (
+    Alert,
+    AlertState,
+    Job,
+    JobKind,
+    JobStatus,
+    TrainingStep,
+    ValidationPoint,
+    WorkerRecord,
+    utcnow,
+)
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from service.alerts import WebhookNotifier
-from service.settings import Settings
 from service.evaluation.runner import run_evaluation
+from service.settings import Settings
 from service.store.tables import Job, JobKind
 from service.training.control import JobHooks, JobInterrupted
 from service.training.loop import run_job

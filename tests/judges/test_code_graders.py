@@ -9,8 +9,15 @@ from types import MappingProxyType
 
 import pytest
 
-from judges.graders import CodeGraders, GraderConfigError, GradeResult, GraderRegistry, build_grader, check_grader
-from judges.graders import sample_from_text
+from judges.graders import (
+    CodeGraders,
+    GraderConfigError,
+    GradeResult,
+    GraderRegistry,
+    build_grader,
+    check_grader,
+    sample_from_text,
+)
 from judges.graders.base import finite_number, shown
 from judges.graders.python import PythonGrader
 

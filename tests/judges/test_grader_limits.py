@@ -6,9 +6,8 @@ from __future__ import annotations
 import art
 import pytest
 
-from judges.graders import GraderConfigError, GradeResult, build_grader, check_grader, sample_from_text
+from judges.graders import GraderConfigError, GradeResult, build_grader, check_grader, sample_from_text, text_similarity
 from judges.graders import multi as multi_module
-from judges.graders import text_similarity
 from judges.grading import MAX_REPLY_CHARS, GraderJudge
 
 EXACT = {"type": "string_check", "name": "exact", "input": "{{sample.output_text}}", "reference": "{{item.answer}}",

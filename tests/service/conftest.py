@@ -56,8 +56,8 @@ def auth(engine) -> Callable[..., dict[str, str]]:
 
 
 @contextmanager
-def serve(app: FastAPI) -> Iterator[str]:
-    """``app`` served by uvicorn on a free loopback port, for the block; yields its base URL."""
+def serve(app: FastAPI) -> Iterator[tuple[str, uvicorn.Server]]:
+    """``app`` served by uvicorn on a free loopback port, in a thread, for the block: its base URL and the server."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen()
@@ -65,7 +65,7 @@ def serve(app: FastAPI) -> Iterator[str]:
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}", server
     finally:
         server.should_exit = True
         thread.join()
@@ -75,5 +75,5 @@ def serve(app: FastAPI) -> Iterator[str]:
 @pytest.fixture
 def live_server(app) -> Iterator[str]:
     """The app served by uvicorn on a free loopback port; yields its base URL."""
-    with serve(app) as base:
+    with serve(app) as (base, _):
         yield base

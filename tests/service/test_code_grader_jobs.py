@@ -10,6 +10,7 @@ import art
 import pytest
 from sqlmodel import Session
 
+from judges.usage import JudgeBudget
 from service.settings import Settings
 from service.spec import RewardSpec
 from service.store import runs
@@ -41,7 +42,7 @@ async def test_a_stored_job_naming_an_unregistered_function_fails_before_anythin
 @pytest.mark.asyncio
 async def test_a_registered_function_grades_through_the_workers_judge(tmp_path):
     settings = Settings(_env_file=None, data_dir=tmp_path / "data", grader_functions=[REGISTERED])
-    judge = judge_for(RewardSpec.model_validate(python(REGISTERED)), settings, {"s": {"answer": 42}})
+    judge = judge_for(RewardSpec.model_validate(python(REGISTERED)), settings, {"s": {"answer": 42}}, JudgeBudget(None))
 
     def reply(text: str) -> art.Trajectory:
         return art.Trajectory(messages_and_choices=[{"role": "user", "content": "6 x 7?"},

@@ -11,10 +11,9 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import httpx
@@ -26,6 +25,8 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.json_server import http_server
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -95,7 +96,7 @@ def server(tmp_path) -> Iterator[tuple[str, str, Path]]:
     """`artsvc serve` (bearer tokens, in-process worker) on a loopback port: its URL, a client token, its log."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ARTSVC_")}
-    env.update(ARTSVC_DATA_DIR=str(tmp_path / "data"))
+    env.update(ARTSVC_DATA_DIR=str(tmp_path / "data"), ARTSVC_CLIENT_BASE_MODELS=SPEC["model"]["base_model"])
     cli = [sys.executable, "-m", "service"]
     subprocess.run([*cli, "db", "upgrade"], env=env, check=True, capture_output=True, timeout=120)
     made = subprocess.run([*cli, "token", "create", "--role", "client", "--name", "browser"], env=env, check=True,
@@ -155,14 +156,8 @@ def attacker() -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with http_server(Page) as url:
+        yield url
 
 
 def _save_screenshot(driver: webdriver.Chrome) -> None:

@@ -40,7 +40,8 @@ def test_a_job_submitted_over_http_stops_on_plateau_and_watch_shows_what_the_sto
     try:
         for _ in range(600):
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).json()["status"] == "ok":
+                health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                if health.status_code == 200 and health.json()["status"] == "ok":
                     break
             except httpx.TransportError:
                 time.sleep(0.2)

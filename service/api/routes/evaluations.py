@@ -10,7 +10,13 @@ from sqlmodel import Session
 from service import tenancy
 from service.api.deps import CallerDep, SessionDep, SettingsDep, visible_job
 from service.api.errors import ErrorBody
-from service.api.schemas import ComparisonPublic, EvaluationList, EvaluationPublic, ExampleResultList, ExampleResultPublic
+from service.api.schemas import (
+    ComparisonPublic,
+    EvaluationList,
+    EvaluationPublic,
+    ExampleResultList,
+    ExampleResultPublic,
+)
 from service.auth import Principal
 from service.evaluation.compare import Measured, compare
 from service.evaluation.plan import EvaluationError, manifest_for, resolve

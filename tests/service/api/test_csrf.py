@@ -153,7 +153,7 @@ def test_a_bearer_token_is_not_subject_to_the_origin_check(http, live_server, op
 def local_http(settings, engine) -> Iterator[tuple[httpx.Client, str]]:
     """A local-mode server (no credentials at all) on loopback, and its base URL."""
     app = create_app(settings.model_copy(update={"local_mode": True}), engine=engine)
-    with serve(app) as base, httpx.Client(base_url=base, timeout=30) as client:
+    with serve(app) as (base, _), httpx.Client(base_url=base, timeout=30) as client:
         yield client, base
 
 

@@ -5,16 +5,12 @@ from __future__ import annotations
 
 import json
 import queue
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 import httpx
 import pytest
-import uvicorn
-from fastapi import FastAPI
 from sqlalchemy.engine import make_url
 from sqlmodel import create_engine
 
@@ -24,25 +20,10 @@ from service.sse import EventStreamParser, ServerSentEvent
 from service.store.tables import Role
 from tests.databases import sqlite_only
 from tests.service.api import seeding
+from tests.service.conftest import serve
 
 EVENT_FIELDS = {"id", "job_id", "kind", "step", "data", "created_at"}
 SSE = {"Accept": "text/event-stream"}
-
-
-@contextmanager
-def serving(app: FastAPI) -> Iterator[tuple[str, uvicorn.Server]]:
-    """``app`` served by uvicorn on a free loopback port, in a thread: its base URL and the server."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", server
-    finally:
-        server.should_exit = True
-        thread.join()
-        sock.close()
 
 
 def stream(http: httpx.Client, url: str, headers: dict[str, str]) -> Iterator[ServerSentEvent]:
@@ -172,7 +153,7 @@ def test_open_streams_hold_no_database_connection_between_polls(settings, engine
     job_id = seeding.new_job(engine, owner_id=owner)
     url = f"/v1/jobs/{job_id}/events"
     app = create_app(settings, engine=small)
-    with serving(app) as (base_url, _), httpx.Client(base_url=base_url, timeout=30) as http:
+    with serve(app) as (base_url, _), httpx.Client(base_url=base_url, timeout=30) as http:
         streams = [stream(http, url, headers) for _ in range(3)]
         assert [next(events).event for events in streams] == ["queued"] * 3
         assert http.get(f"/v1/jobs/{job_id}", headers=headers).json()["status"] == "queued"
@@ -188,7 +169,7 @@ def test_an_idle_stream_is_pinged_and_ends_when_the_client_goes(settings, engine
     monkeypatch.setattr(events_route, "PING_SECONDS", 0.2)
     owner, headers = seeding.principal(engine)
     job_id = seeding.new_job(engine, owner_id=owner)
-    with serving(create_app(settings, engine=engine)) as (base_url, server):
+    with serve(create_app(settings, engine=engine)) as (base_url, server):
         with httpx.Client(base_url=base_url, timeout=30) as http:
             with http.stream("GET", f"/v1/jobs/{job_id}/events", headers={**headers, **SSE}) as response:
                 seen, lines = [], response.iter_lines()

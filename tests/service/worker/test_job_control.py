@@ -33,7 +33,7 @@ BASELINE = "openai/sloppy"
 
 def claim(engine, worker_id: str) -> Job:
     with Session(engine, expire_on_commit=False) as session:
-        job = leases.claim_next(session, worker_id=worker_id, lease_seconds=60)
+        job = leases.claim_next(session, worker_id=worker_id, lease_seconds=60, max_running_per_tenant=1, max_attempts=3)
         session.commit()
     assert job is not None
     return job
