@@ -6,7 +6,7 @@ then floods from tenant A for ``--seconds``: ``--requests`` concurrent loops of 
 ``GET /v1/jobs`` and ``POST /v1/jobs`` (mixed 3:1:1), and ``--streams`` concurrent SSE streams of A's job events,
 each reopened when it ends or is refused. Meanwhile this process is tenant B: it polls ``GET /v1/jobs/{id}`` and
 ``/healthz`` one after the other. Reports B's p50/p99 latency and status codes and A's status-code counts; writes
-``bench/results/api_flood.json``. Load generator, probe and server share the machine's cores.
+``bench/results/api_flood_<store>.json``. Load generator, probe and server share the machine's cores.
 
     python bench/api_flood.py [--seconds 20] [--requests 300] [--streams 200] [--database-url URL]
 """
@@ -189,7 +189,7 @@ def main() -> None:
         "machine": machine(),
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "api_flood.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / f"api_flood_{result['store']}.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 
 
