@@ -75,6 +75,8 @@ def field_errors(errors: Sequence[Any], *, json_sent: bool = True) -> list[Field
             message = "a JSON body is required"
         elif loc == ("body",) and kind in WRONG_BODY_TYPES:
             message = "expected a JSON object" + ("" if json_sent else " sent with Content-Type: application/json")
+        elif kind == "value_error":  # a validator's own sentence: pydantic's prefix adds nothing
+            message = message.removeprefix("Value error, ")
         found.append(FieldError(loc=field_path(loc), msg=message, type=kind))
     return found
 
