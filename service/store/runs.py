@@ -7,6 +7,7 @@ one transaction is (a step row, its event and the job's progress commit together
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from sqlmodel import Session, col, delete, select
@@ -192,14 +193,14 @@ JUDGE_TOTALS = ("judge_responses", "judge_prompt_tokens", "judge_completion_toke
 
 
 def judge_totals(session: Session, *, job_id: str) -> dict[str, float] | None:
-    """A job's judge account (service/training/judging.py writes it into each step's metrics), summed over
-    its steps; None if no step was judged."""
-    return judge_totals_of(steps(session, job_id=job_id))
+    """A job's judge account (service/training/judging.py writes it into each step's metrics), summed over its
+    steps and the judging of steps that recorded none; None if nothing was judged."""
+    return judge_totals_of(steps(session, job_id=job_id), unrecorded_judging(session, job_id=job_id))
 
 
-def judge_totals_of(recorded: list[TrainingStep]) -> dict[str, float] | None:
-    """:func:`judge_totals` of step rows already read."""
-    judged = [s.metrics for s in recorded if "judge_groups" in s.metrics]
+def judge_totals_of(recorded: list[TrainingStep], unrecorded: Sequence[dict] = ()) -> dict[str, float] | None:
+    """:func:`judge_totals` of step rows and :func:`unrecorded_judging` already read."""
+    judged = [s.metrics for s in recorded if "judge_groups" in s.metrics] + list(unrecorded)
     if not judged:
         return None
     return {key: sum(float(m.get(key) or 0.0) for m in judged) for key in JUDGE_TOTALS}
@@ -213,22 +214,29 @@ def record_judge_spend(session: Session, *, job: Job, step: int, metrics: dict[s
     append_event(session, job_id=job.id, kind=JUDGE_SPEND_EVENT, step=step, data=metrics)
 
 
+def unrecorded_judging(session: Session, *, job_id: str) -> list[dict]:
+    """The judge accounts of steps that recorded no step row (:func:`record_judge_spend`), oldest first."""
+    query = select(JobEvent.data).where(JobEvent.job_id == job_id, JobEvent.kind == JUDGE_SPEND_EVENT)
+    return list(session.exec(query.order_by(col(JobEvent.id))))
+
+
 def judge_spent_usd(session: Session, *, job_id: str) -> float:
     """What a job's judge calls have cost: its steps' judging and the judging of steps that recorded none."""
-    totals = judge_totals(session, job_id=job_id) or {}
-    unstepped = session.exec(select(JobEvent.data).where(JobEvent.job_id == job_id, JobEvent.kind == JUDGE_SPEND_EVENT))
-    return totals.get("judge_cost_usd", 0.0) + sum(float(data.get("judge_cost_usd") or 0.0) for data in unstepped)
+    return (judge_totals(session, job_id=job_id) or {}).get("judge_cost_usd", 0.0)
 
 
 def cost_totals(session: Session, *, job_id: str) -> dict[str, Any]:
     """What a training job has spent so far: tokens its policy generated (training rollouts, validation's
     sampled and greedy passes), its judge's tokens and dollars, and wall time per phase."""
-    return cost_of(steps(session, job_id=job_id), validation_points(session, job_id=job_id))
+    points, unrecorded = validation_points(session, job_id=job_id), unrecorded_judging(session, job_id=job_id)
+    return cost_of(steps(session, job_id=job_id), points, unrecorded)
 
 
-def cost_of(recorded: list[TrainingStep], points: list[ValidationPoint]) -> dict[str, Any]:
+def cost_of(
+    recorded: list[TrainingStep], points: list[ValidationPoint], unrecorded: Sequence[dict] = ()
+) -> dict[str, Any]:
     """:func:`cost_totals` of rows already read."""
-    judge = judge_totals_of(recorded) or {}
+    judge = judge_totals_of(recorded, unrecorded) or {}
 
     def summed(key: str) -> float:
         return sum(float(s.metrics.get(key) or 0.0) for s in recorded)

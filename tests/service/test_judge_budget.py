@@ -65,3 +65,6 @@ async def test_a_failed_try_is_charged_and_a_retry_past_the_budget_is_not_made(e
     with Session(engine) as session:
         kept = [e for e in events_after(session, job_id=job_id) if e.kind == "judge_spend"]
     assert len(kept) == 1 and kept[0].step == 1 and kept[0].data["judge_dropped_groups"] == 2
+    with Session(engine) as session:  # what the job's metrics and cost views show counts it too
+        assert runs.cost_totals(session, job_id=job_id)["judge_cost_usd"] == pytest.approx(charged)
+        assert runs.judge_totals(session, job_id=job_id)["judge_dropped_groups"] == 2

@@ -127,12 +127,13 @@ def get_metrics(job_id: str, session: SessionDep, caller: CallerDep) -> MetricsP
     """Every training step's metrics and every validation point, in step order."""
     job = visible_job(session, caller=caller, job_id=job_id)
     recorded, points = runs.steps(session, job_id=job.id), runs.validation_points(session, job_id=job.id)
-    totals = runs.judge_totals_of(recorded)
+    unrecorded = runs.unrecorded_judging(session, job_id=job.id)  # judging of steps cut short (a budget spent)
+    totals = runs.judge_totals_of(recorded, unrecorded)
     return MetricsPublic(
         steps=[StepPublic.model_validate(row) for row in recorded],
         validation=[ValidationPublic.model_validate(row) for row in points],
         judge=JudgeTotals(**totals) if totals else None,
-        cost=CostPublic(**runs.cost_of(recorded, points)),
+        cost=CostPublic(**runs.cost_of(recorded, points, unrecorded)),
     )
 
 
