@@ -86,7 +86,7 @@ class Settings(BaseSettings):
         2_000_000, ge=1, le=10**9, description="Largest max_steps x groups_per_step x group_size a job may ask for."
     )
     client_backends: Annotated[list[str], NoDecode] = Field(
-        default_factory=lambda: ["embedded"],
+        default_factory=lambda: ["transformers", "embedded"],
         description="Backends client tokens may name, comma-separated (serverless spends the operator's credentials).",
     )
     client_base_models: Annotated[list[str], NoDecode] = Field(

@@ -23,6 +23,10 @@ from pydantic_core import PydanticCustomError
 # `artsvc submit`) does not import torch; tests/service/test_spec_defaults.py checks it matches
 # service.backends.embedded.policy.DEFAULT_BASE_MODEL.
 DEFAULT_BASE_MODEL = "embedded/char-gpt-0.8m"
+# The default of every other backend: a real pretrained LM, SmolLM2-135M-Instruct, from its wheel's GGUF file (see
+# service/backends/transformers/models.py, which names it too; tests/service/test_spec_defaults.py checks they agree).
+DEFAULT_PRETRAINED_MODEL = "SmolLM2-135M-Instruct"
+EMBEDDED_PREFIX = "embedded/"  # the embedded backend's architectures are named embedded/...
 LITELLM_MODEL_PATTERN = r"^[A-Za-z0-9_.-]+/\S+$"  # provider/model, as litellm names models
 
 
@@ -70,6 +74,9 @@ def _render(trail: tuple | None, limit: int = 8) -> str:
     return f" at {'...' if len(keys) > limit else ''}{shown}" if keys else ""
 
 
+Backend = Literal["transformers", "embedded", "local", "serverless"]
+
+
 class ModelSpec(_Section):
     name: str = Field("demo", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", description="Name of the trained model.")
     base_model: str | None = Field(
@@ -77,11 +84,28 @@ class ModelSpec(_Section):
         min_length=1,
         max_length=256,
         description=(
-            "Base model. For the embedded backend a named architecture; unset, the environment's recommended one "
-            f"(its context must hold the environment's conversations), else {DEFAULT_BASE_MODEL}. Required for other backends."
+            "Base model. For the transformers backend a causal LM it loads offline (a model id in the Hugging Face "
+            f"cache, a directory the operator allows, or {DEFAULT_PRETRAINED_MODEL}); unset, the environment's "
+            "recommended one. For the embedded backend a named architecture (embedded/...); unset, the environment's "
+            f"(its context must hold the environment's conversations), else {DEFAULT_BASE_MODEL}. Required for local "
+            "and serverless."
         ),
     )
-    backend: Literal["embedded", "local", "serverless"] = "embedded"
+    backend: Backend = Field(
+        "transformers",
+        description="Where the policy trains. Unset: embedded when base_model names an embedded architecture, "
+        "else transformers (a real LM on this machine's GPU or CPU).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _backend_of_the_base_model(cls, data: Any) -> Any:
+        """An embedded architecture, named without a backend, trains on the embedded backend."""
+        if isinstance(data, dict) and "backend" not in data:
+            base_model = data.get("base_model")
+            if isinstance(base_model, str) and base_model.startswith(EMBEDDED_PREFIX):
+                return {**data, "backend": "embedded"}
+        return data
 
 
 class RewardSpec(_Section):
@@ -218,8 +242,12 @@ class JobSpec(_Section):
 
     @model_validator(mode="after")
     def _base_model_for_gpu_backends(self) -> JobSpec:
-        if self.model.backend != "embedded" and self.model.base_model is None:
+        if self.model.backend in ("local", "serverless") and self.model.base_model is None:
             raise ValueError(f"model.base_model is required for the {self.model.backend} backend (a Hugging Face model id)")
+        base_model = self.model.base_model or ""
+        if (self.model.backend == "embedded") != base_model.startswith(EMBEDDED_PREFIX) and self.model.base_model is not None:
+            raise ValueError(f"model.base_model: {base_model!r} is {'not ' if self.model.backend == 'embedded' else ''}an "
+                             f"embedded architecture; those (and only those) train on the embedded backend")  # fmt: skip
         if self.reward.mode == "ruler" and self.validation.baseline_model is not None:
             raise ValueError("validation.baseline_model needs ground-truth validation; ruler mode has none (use hybrid)")
         for key, value in self.environment_args.items():

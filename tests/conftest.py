@@ -22,6 +22,8 @@ from sqlalchemy.exc import OperationalError
 
 from service.store import db as store_db
 
+pytest_plugins = ["tests.tiny_lm"]
+
 DEFAULT_TIMEOUT_S = 600  # far past any unmarked test, even on a busy machine; longer ones carry their own mark
 
 

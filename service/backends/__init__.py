@@ -1,4 +1,5 @@
-"""Backends by name: the embedded CPU backend, or ART's GPU (``local``) and ``serverless`` ones."""
+"""Backends by name: ``transformers`` (a real LM, CUDA or CPU), the ``embedded`` character policy, or ART's GPU
+(``local``) and ``serverless`` ones. Backends are imported when asked for: each pulls in its own stack."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from pathlib import Path
 
 import art
 
-from service.backends.embedded import EmbeddedBackend
 
 
 class BackendUnavailableError(RuntimeError):
@@ -16,7 +16,13 @@ class BackendUnavailableError(RuntimeError):
 
 def make_backend(name: str, *, data_dir: Path, seed: int) -> art.Backend:
     """A fresh backend instance; the caller closes it."""
+    if name == "transformers":
+        from service.backends.transformers.backend import TransformersBackend
+
+        return TransformersBackend(path=data_dir / "models", cache_dir=data_dir / "cache", seed=seed)
     if name == "embedded":
+        from service.backends.embedded import EmbeddedBackend
+
         return EmbeddedBackend(path=data_dir / "models", cache_dir=data_dir / "cache", seed=seed)
     if name == "local":
         import torch

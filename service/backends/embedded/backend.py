@@ -8,40 +8,51 @@ content, since training is deterministic); ``train`` takes a GRPO step and check
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import secrets
-import socket
 from collections.abc import AsyncIterator, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import art
 import torch
-import uvicorn
 from art import dev
 from art.types import TrainResult, TrainSFTConfig
 
 from service.backends.embedded.engine import PolicyEngine
 from service.backends.embedded.objectives import GRPOConfig, group_advantages
 from service.backends.embedded.policy import PRESETS
+from service.backends.embedded import toolcalls
 from service.backends.embedded.sampler import Sample, SamplingRequest
 from service.backends.embedded.sequences import TokenSequence, trajectory_windows
-from service.backends.embedded.server import ServingError, build_app
+from service.backends.embedded.tokenizer import decode_token, render_prompt
+from service.backends.openai_server import ChatCompletionRequest, ServingError
+from service.backends.serving import LoopbackServing, parse_model_name
 
 DEFAULT_SFT_BATCH_SIZE = 64
 
 
-class _QuietServer(uvicorn.Server):
-    """A uvicorn server that leaves signal handling to the program embedding it."""
+class CharacterChat:
+    """The character policy's chat format: its own renderer, one character per token, its tool-call text."""
 
-    @contextlib.contextmanager
-    def capture_signals(self):  # type: ignore[override]
-        yield
+    def sampling_request(self, request: ChatCompletionRequest, *, max_tokens: int, stop: tuple[str, ...]) -> SamplingRequest:
+        return SamplingRequest(
+            prompt_ids=render_prompt(request.messages),
+            n=request.n,
+            temperature=request.temperature,
+            max_tokens=max_tokens,
+            stop=stop,
+            seed=request.seed,
+            top_logprobs=request.top_logprobs or 0,
+        )
+
+    def token_text(self, model: str, token_id: int) -> tuple[str, bytes]:
+        text = decode_token(token_id)
+        return text, text.encode()
+
+    def parse_tool_calls(self, text: str, *, call_id_prefix: str) -> toolcalls.ParsedReply:
+        return toolcalls.parse(text, call_id_prefix=call_id_prefix)
 
 
-class EmbeddedBackend:
+class EmbeddedBackend(LoopbackServing):
     """Trains small character-level policies in this process and serves them over HTTP.
 
     ``path`` holds one directory per model (checkpoints, reference); ``cache_dir`` keeps
@@ -52,16 +63,11 @@ class EmbeddedBackend:
     def __init__(
         self, *, path: str | Path, cache_dir: str | Path | None = None, seed: int = 0, host: str = "127.0.0.1", port: int = 0
     ) -> None:
+        super().__init__(host=host, port=port, thread_name="embedded-policy")
         self._path = Path(path)
         self._cache_dir = Path(cache_dir) if cache_dir is not None else self._path / "cache"
         self._seed = seed
-        self._host, self._port = host, port
         self._engines: dict[str, PolicyEngine] = {}
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedded-policy")
-        self._api_key = secrets.token_urlsafe(24)
-        self._server: _QuietServer | None = None
-        self._server_task: asyncio.Task[None] | None = None
-        self._base_url: str | None = None
 
     # -- ART Backend protocol ---------------------------------------------------------------
 
@@ -76,9 +82,7 @@ class EmbeddedBackend:
     async def _prepare_backend_for_training(
         self, model: art.TrainableModel, config: dev.OpenAIServerConfig | None = None
     ) -> tuple[str, str]:
-        await self._ensure_server()
-        assert self._base_url is not None
-        return self._base_url, self._api_key
+        return await self._serve(self._generate, CharacterChat())
 
     def _model_inference_name(self, model: art.Model, step: int | None = None) -> str:
         engine = self._engines.get(model.name)
@@ -173,46 +177,15 @@ class EmbeddedBackend:
             tmp.replace(cached)
         await self._run(engine.finish_sft)
 
-    async def close(self) -> None:
-        if self._server is not None and self._server_task is not None:
-            self._server.should_exit = True
-            await self._server_task
-        self._server = self._server_task = None
-        self._executor.shutdown(wait=True)
-
     # -- serving ----------------------------------------------------------------------------
 
-    async def _ensure_server(self) -> None:
-        if self._server is not None:
-            return
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self._host, self._port))
-        app = build_app(self._generate, self._api_key)
-        self._server = _QuietServer(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
-        self._server_task = asyncio.create_task(self._server.serve(sockets=[sock]))
-        while not self._server.started:
-            if self._server_task.done():
-                await self._server_task  # surfaces the start-up error
-            await asyncio.sleep(0.01)
-        host, port = sock.getsockname()[:2]
-        self._base_url = f"http://{host}:{port}/v1"
-
-    @property
-    def base_url(self) -> str | None:
-        """Where the OpenAI-compatible server listens, once a model is prepared for training."""
-        return self._base_url
-
     async def _generate(self, model: str, request: SamplingRequest) -> tuple[str, list[Sample]]:
-        name, _, step_text = model.partition("@")
+        name, step = parse_model_name(model)
         engine = self._engines.get(name)
         if engine is None:
             raise ServingError(404, f"model {model!r} does not exist", "model_not_found")
-        step = None
-        if step_text:
-            if not step_text.isdigit() or int(step_text) not in engine.checkpoints.steps() and int(step_text) != engine.step:
-                raise ServingError(404, f"model {name!r} has no checkpoint for step {step_text!r}", "model_not_found")
-            step = int(step_text)
+        if step is not None and step not in engine.checkpoints.steps() and step != engine.step:
+            raise ServingError(404, f"model {name!r} has no checkpoint for step {step}", "model_not_found")
         samples = await self._run(engine.generate, request, step)
         return f"{name}@{engine.step if step is None else step}", samples
 
@@ -223,6 +196,3 @@ class EmbeddedBackend:
             return self._engines[name]
         except KeyError:
             raise ValueError(f"model {name!r} is not registered with this backend") from None
-
-    async def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, lambda: fn(*args, **kwargs))

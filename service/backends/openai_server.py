@@ -1,10 +1,10 @@
-"""An OpenAI-compatible ``/v1/chat/completions`` endpoint in front of the embedded policies.
+"""An OpenAI-compatible ``/v1/chat/completions`` endpoint in front of a backend's policies.
 
-Supports ``n``, ``temperature``, ``max_tokens`` (or ``max_completion_tokens``), ``stop``, ``seed``,
-``logprobs``, ``top_logprobs`` and tool calls (written by the policy in the text convention of
-:mod:`toolcalls`, returned as OpenAI ``tool_calls``). Models are addressed as ``name`` (latest
-step) or ``name@step``. Errors use OpenAI's error envelope so OpenAI clients raise their usual
-exceptions.
+Supports ``n``, ``temperature``, ``top_p``, ``max_tokens`` (or ``max_completion_tokens``), ``stop``, ``seed``,
+``logprobs``, ``top_logprobs`` and tool calls (written by the policy as text in its format's convention, returned
+as OpenAI ``tool_calls``). Models are addressed as ``name`` (latest step) or ``name@step``. Errors use OpenAI's
+error envelope so OpenAI clients raise their usual exceptions. What differs between policies (how messages become
+prompt tokens, how a token is named in ``logprobs``, how tool calls are written) is the :class:`ChatFormat`.
 
 Each choice also carries ``context_tokens``: how many prompt tokens the policy was conditioned on
 after left truncation. The trainer rebuilds exactly that context, so the logprobs it optimises
@@ -16,16 +16,12 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
-
-from service.backends.embedded import toolcalls
-from service.backends.embedded.sampler import Sample, SamplingRequest
-from service.backends.embedded.tokenizer import decode_token, render_prompt
 
 DEFAULT_MAX_TOKENS = 16
 
@@ -37,6 +33,7 @@ class ChatCompletionRequest(BaseModel):
     messages: list[dict[str, Any]] = Field(min_length=1)
     n: int = Field(1, ge=1, le=128)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     stop: str | list[str] | None = None
@@ -54,31 +51,62 @@ class ServingError(Exception):
         self.status, self.message, self.code = status, message, code
 
 
-Generate = Callable[[str, SamplingRequest], Awaitable[tuple[str, list[Sample]]]]
+class Sample(Protocol):
+    """One sampled completion, as every backend's sampler returns it."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    top_logprobs: list[list[tuple[int, float]]]
+    finish_reason: str
+    stop_reason: str | None
+    context_tokens: int
+
+
+class Reply(Protocol):
+    content: str | None
+    tool_calls: list[dict[str, Any]]
+
+
+class ChatFormat(Protocol):
+    """How one kind of policy reads requests and writes replies."""
+
+    def sampling_request(self, request: ChatCompletionRequest, *, max_tokens: int, stop: tuple[str, ...]) -> Any:
+        """The backend's sampling request: the rendered prompt and the sampling parameters."""
+
+    def token_text(self, model: str, token_id: int) -> tuple[str, bytes]:
+        """The ``token`` a logprobs entry of ``model`` names (one that maps back to ``token_id``), and its bytes."""
+
+    def parse_tool_calls(self, text: str, *, call_id_prefix: str) -> Reply:
+        """The reply's content and the tool calls written in it."""
+
+
+Generate = Callable[[str, Any], Awaitable[tuple[str, list[Sample]]]]
 
 
 def _error(status: int, message: str, code: str) -> JSONResponse:
     return JSONResponse(status_code=status, content={"error": {"message": message, "type": "invalid_request_error", "code": code}})
 
 
-def _logprob_entry(token_id: int, logprob: float, top: list[tuple[int, float]] | None) -> dict[str, Any]:
-    text = decode_token(token_id)
-    entry: dict[str, Any] = {"token": text, "logprob": logprob, "bytes": list(text.encode())}
-    entry["top_logprobs"] = [
-        {"token": decode_token(t), "logprob": lp, "bytes": list(decode_token(t).encode())} for t, lp in (top or [])
-    ]
-    return entry
+def _logprob_entry(
+    fmt: ChatFormat, model: str, token_id: int, logprob: float, top: list[tuple[int, float]] | None
+) -> dict[str, Any]:
+    def named(token: int, value: float) -> dict[str, Any]:
+        text, raw = fmt.token_text(model, token)
+        return {"token": text, "logprob": value, "bytes": list(raw)}
+
+    return {**named(token_id, logprob), "top_logprobs": [named(t, lp) for t, lp in (top or [])]}
 
 
-def _choice(index: int, s: Sample, request: ChatCompletionRequest, completion_id: str) -> dict[str, Any]:
+def _choice(fmt: ChatFormat, index: int, s: Sample, request: ChatCompletionRequest, completion_id: str) -> dict[str, Any]:
     logprobs = None
     if request.logprobs:
         tops = s.top_logprobs if request.top_logprobs else [None] * len(s.token_ids)
-        logprobs = {"content": [_logprob_entry(t, lp, top) for t, lp, top in zip(s.token_ids, s.logprobs, tops)]}
+        logprobs = {"content": [_logprob_entry(fmt, request.model, t, lp, top) for t, lp, top in zip(s.token_ids, s.logprobs, tops)]}
     message: dict[str, Any] = {"role": "assistant", "content": s.text}
     finish_reason = s.finish_reason
     if request.tools:
-        reply = toolcalls.parse(s.text, call_id_prefix=f"call_{completion_id}_{index}")
+        reply = fmt.parse_tool_calls(s.text, call_id_prefix=f"call_{completion_id}_{index}")
         if reply.tool_calls:
             message = {"role": "assistant", "content": reply.content, "tool_calls": reply.tool_calls}
             finish_reason = "tool_calls" if s.finish_reason == "stop" else s.finish_reason
@@ -92,9 +120,9 @@ def _choice(index: int, s: Sample, request: ChatCompletionRequest, completion_id
     }
 
 
-def build_app(generate: Generate, api_key: str) -> FastAPI:
-    """The ASGI app; ``generate(model, request)`` returns the resolved model name and samples."""
-    app = FastAPI(title="artsvc embedded policy server", docs_url=None, redoc_url=None)
+def build_app(generate: Generate, api_key: str, fmt: ChatFormat) -> FastAPI:
+    """The ASGI app; ``generate(model, sampling_request)`` returns the resolved model name and samples."""
+    app = FastAPI(title="artsvc policy server", docs_url=None, redoc_url=None)
 
     @app.exception_handler(ServingError)
     async def _serving_error(_: Request, exc: ServingError) -> JSONResponse:
@@ -113,15 +141,8 @@ def build_app(generate: Generate, api_key: str) -> FastAPI:
     @app.post("/v1/chat/completions", dependencies=[Depends(check_key)])
     async def chat_completions(request: ChatCompletionRequest) -> dict[str, Any]:
         stop = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
-        sampling = SamplingRequest(
-            prompt_ids=render_prompt(request.messages),
-            n=request.n,
-            temperature=request.temperature,
-            max_tokens=request.max_completion_tokens or request.max_tokens or DEFAULT_MAX_TOKENS,
-            stop=stop,
-            seed=request.seed,
-            top_logprobs=request.top_logprobs or 0,
-        )
+        max_tokens = request.max_completion_tokens or request.max_tokens or DEFAULT_MAX_TOKENS
+        sampling = fmt.sampling_request(request, max_tokens=max_tokens, stop=stop)
         model_name, samples = await generate(request.model, sampling)
         completion_tokens = sum(len(s.token_ids) + (s.finish_reason == "stop") for s in samples)
         completion_id = secrets.token_hex(12)
@@ -130,7 +151,7 @@ def build_app(generate: Generate, api_key: str) -> FastAPI:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": model_name,
-            "choices": [_choice(i, s, request, completion_id) for i, s in enumerate(samples)],
+            "choices": [_choice(fmt, i, s, request, completion_id) for i, s in enumerate(samples)],
             "usage": {
                 "prompt_tokens": len(sampling.prompt_ids),
                 "completion_tokens": completion_tokens,

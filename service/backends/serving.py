@@ -1,0 +1,80 @@
+"""What every backend that trains in this process shares: one worker thread that owns the model, and an
+OpenAI-compatible server on loopback (started when a model is first prepared for training) that the
+environments' rollouts talk to, as they would to vLLM."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import uvicorn
+
+from service.backends.openai_server import ChatFormat, Generate, ServingError, build_app
+
+
+class _QuietServer(uvicorn.Server):
+    """A uvicorn server that leaves signal handling to the program embedding it."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):  # type: ignore[override]
+        yield
+
+
+def parse_model_name(model: str) -> tuple[str, int | None]:
+    """``name`` or ``name@step``; a step that is not a number is a 404 (no such model)."""
+    name, at, step_text = model.partition("@")
+    if not at:
+        return name, None
+    if not step_text.isdigit() or len(step_text) > 9:
+        raise ServingError(404, f"model {name!r} has no checkpoint for step {step_text!r}", "model_not_found")
+    return name, int(step_text)
+
+
+class LoopbackServing:
+    """The server's life cycle and the model thread; subclasses give ``_generate`` and their chat format."""
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, thread_name: str = "policy") -> None:
+        self._host, self._port = host, port
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name)
+        self._api_key = secrets.token_urlsafe(24)
+        self._server: _QuietServer | None = None
+        self._server_task: asyncio.Task[None] | None = None
+        self._base_url: str | None = None
+
+    async def _serve(self, generate: Generate, fmt: ChatFormat) -> tuple[str, str]:
+        """Start the server once; its base URL and API key."""
+        if self._server is None:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self._host, self._port))
+            app = build_app(generate, self._api_key, fmt)
+            self._server = _QuietServer(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
+            self._server_task = asyncio.create_task(self._server.serve(sockets=[sock]))
+            while not self._server.started:
+                if self._server_task.done():
+                    await self._server_task  # surfaces the start-up error
+                await asyncio.sleep(0.01)
+            host, port = sock.getsockname()[:2]
+            self._base_url = f"http://{host}:{port}/v1"
+        assert self._base_url is not None
+        return self._base_url, self._api_key
+
+    @property
+    def base_url(self) -> str | None:
+        """Where the OpenAI-compatible server listens, once a model is prepared for training."""
+        return self._base_url
+
+    async def close(self) -> None:
+        if self._server is not None and self._server_task is not None:
+            self._server.should_exit = True
+            await self._server_task
+        self._server = self._server_task = None
+        self._executor.shutdown(wait=True)
+
+    async def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn`` on the model thread: training and sampling never overlap."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, lambda: fn(*args, **kwargs))

@@ -1,0 +1,204 @@
+"""``TransformersBackend``: ART's ``Backend`` protocol for any causal LM that transformers loads offline.
+
+``register`` resolves the base model (converting a GGUF file once) and loads or resumes the model's LoRA adapter;
+``_prepare_backend_for_training`` starts the OpenAI-compatible server on loopback; ``train`` takes one GRPO step
+through ART's tokenisation, packing and loss; ``_train_sft`` warm-starts through ART's tokeniser. Requests that
+arrive together (the rollouts of a step, a validation sweep) are decoded together, as vLLM batches them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import art
+from art import dev
+from art.types import TrainResult, TrainSFTConfig
+
+from service.backends import layout
+from service.backends.openai_server import ChatCompletionRequest, ServingError
+from service.backends.serving import LoopbackServing, parse_model_name
+from service.backends.transformers import chat
+from service.backends.transformers.engine import LoraSettings, PolicyEngine
+from service.backends.transformers.generation import Sample, SamplingRequest
+from service.backends.transformers.models import resolve_base_model
+
+BATCH_WINDOW_S = 0.02  # how long the first request of a batch waits for the others of its step to arrive
+MAX_BATCH_ROWS = 64  # samples decoded at once; more wait for the next batch
+DEFAULT_SFT_BATCH_SIZE = 16
+
+
+@dataclass
+class _Pending:
+    key: tuple[str, int | None]
+    request: SamplingRequest
+    future: asyncio.Future[list[Sample]]
+
+
+class TemplateChat:
+    """The chat format of a real LM: its chat template, ``token_id:N`` logprob tokens, Hermes tool calls."""
+
+    def __init__(self, backend: TransformersBackend) -> None:
+        self._backend = backend
+
+    def sampling_request(self, request: ChatCompletionRequest, *, max_tokens: int, stop: tuple[str, ...]) -> SamplingRequest:
+        engine = self._backend._engine_for(request.model)
+        if request.tools and not chat.renders_tools(engine.tokenizer):
+            raise ServingError(400, "this model's chat template renders no tools", "tools_not_supported")
+        try:
+            prompt = chat.render_prompt(engine.tokenizer, request.messages, request.tools)
+        except Exception as exc:  # a message the template cannot render (a missing field, a wrong type)
+            raise ServingError(400, f"invalid messages: {type(exc).__name__}: {exc}"[:500], "invalid_request") from None
+        return SamplingRequest(
+            prompt_ids=tuple(prompt), n=request.n, temperature=request.temperature, top_p=request.top_p,
+            max_tokens=max_tokens, stop=stop, seed=request.seed, top_logprobs=request.top_logprobs or 0,
+        )  # fmt: skip
+
+    def token_text(self, model: str, token_id: int) -> tuple[str, bytes]:
+        """``token_id:N``, as vLLM's ``return_tokens_as_token_ids`` names tokens: ART reads the id back exactly."""
+        return f"token_id:{token_id}", self._backend._engine_for(model).tokenizer.decode([token_id]).encode()
+
+    def parse_tool_calls(self, text: str, *, call_id_prefix: str) -> chat.ParsedReply:
+        return chat.parse_tool_calls(text, call_id_prefix=call_id_prefix)
+
+
+class TransformersBackend(LoopbackServing):
+    """Trains LoRA adapters on real LMs in this process (CUDA when present, else the CPU) and serves them.
+
+    ``path`` holds one directory per model (ART's layout); ``cache_dir`` the converted base models.
+    """
+
+    def __init__(self, *, path: str | Path, cache_dir: str | Path, seed: int = 0, lora: LoraSettings = LoraSettings(),
+                 host: str = "127.0.0.1", port: int = 0) -> None:  # fmt: skip
+        super().__init__(host=host, port=port, thread_name="transformers-policy")
+        self._path, self._cache_dir = Path(path), Path(cache_dir)
+        self._seed, self._lora = seed, lora
+        self._engines: dict[str, PolicyEngine] = {}
+        self._pending: list[_Pending] = []
+        self._batcher: asyncio.Task[None] | None = None
+
+    # -- ART Backend protocol ---------------------------------------------------------------
+
+    async def register(self, model: art.Model) -> None:
+        if not isinstance(model, art.TrainableModel):
+            raise TypeError("the transformers backend trains and serves TrainableModel instances only")
+        base_dir = await self._run(resolve_base_model, model.base_model, self._cache_dir / "base-models")
+        model_dir = layout.model_dir(self._path, model.name, model.project)
+        self._engines[model.name] = await self._run(PolicyEngine, model_dir, base_dir, lora=self._lora, seed=self._seed)
+
+    async def _prepare_backend_for_training(
+        self, model: art.TrainableModel, config: dev.OpenAIServerConfig | None = None
+    ) -> tuple[str, str]:
+        return await self._serve(self._generate, TemplateChat(self))
+
+    def _model_inference_name(self, model: art.Model, step: int | None = None) -> str:
+        engine = self._engines.get(model.name)
+        current = engine.step if engine is not None else 0
+        return f"{model.name}@{current if step is None else step}"
+
+    async def _get_step(self, model: art.TrainableModel) -> int:
+        return self._engine(model.name).step
+
+    async def _delete_checkpoint_files(self, model: art.TrainableModel, steps_to_keep: list[int]) -> None:
+        await self._run(self._engine(model.name).keep_only, steps_to_keep)
+
+    async def train(
+        self,
+        model: art.TrainableModel,
+        trajectory_groups: Iterable[art.TrajectoryGroup],
+        *,
+        learning_rate: float = 1e-4,
+        kl_penalty_coef: float = 0.0,
+        epsilon: float | None = None,
+        scale_rewards: bool = True,
+        **_: Any,
+    ) -> TrainResult:
+        """One GRPO step; groups whose rewards are all equal carry no advantage and are counted, not trained."""
+        engine = self._engine(model.name)
+        groups = list(trajectory_groups)
+        zero_variance = sum(1 for g in groups if len({t.reward for t in g.trajectories}) <= 1)
+        config: dev.TrainConfig = {"kl_penalty_coef": kl_penalty_coef}
+        if epsilon is not None:
+            config["epsilon"] = epsilon
+        metrics = await self._run(engine.grpo_step, groups, learning_rate=learning_rate, config=config, scale_rewards=scale_rewards)
+        metrics |= {
+            "trainable_groups": float(len(groups) - zero_variance),
+            "zero_variance_groups": float(zero_variance),
+            "learning_rate": learning_rate,
+        }
+        return TrainResult(step=engine.step, metrics=metrics)
+
+    async def _train_sft(
+        self,
+        model: art.TrainableModel,
+        trajectories: Iterable[art.Trajectory],
+        config: TrainSFTConfig,
+        dev_config: dev.TrainSFTConfig,
+        verbose: bool = False,
+    ) -> AsyncIterator[dict[str, float]]:
+        """Fine-tune on the trajectories' assistant turns, one optimizer step per ``config.batch_size``; the result
+        becomes step 0. The KL reference stays the base model (the adapter disabled)."""
+        engine = self._engine(model.name)
+        items = list(trajectories)
+        size = DEFAULT_SFT_BATCH_SIZE if config.batch_size == "auto" else int(config.batch_size)
+        batches = [items[i : i + size] for i in range(0, len(items), size)]
+        rates = config.learning_rate if isinstance(config.learning_rate, list) else [config.learning_rate] * len(batches)
+        if len(rates) != len(batches):
+            raise ValueError(f"{len(rates)} learning rates given for {len(batches)} batches")
+        for batch, rate in zip(batches, rates):
+            yield await self._run(engine.sft_step, batch, rate)
+        await self._run(engine.finish_sft)
+
+    # -- serving ----------------------------------------------------------------------------
+
+    def _engine_for(self, model: str) -> PolicyEngine:
+        name, _ = parse_model_name(model)
+        if (engine := self._engines.get(name)) is None:
+            raise ServingError(404, f"model {model!r} does not exist", "model_not_found")
+        return engine
+
+    async def _generate(self, model: str, request: SamplingRequest) -> tuple[str, list[Sample]]:
+        name, step = parse_model_name(model)
+        engine = self._engine_for(model)
+        if step is not None and step != engine.step and step not in engine.steps():
+            raise ServingError(404, f"model {name!r} has no checkpoint for step {step}", "model_not_found")
+        future: asyncio.Future[list[Sample]] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Pending((name, step if step != engine.step else None), request, future))
+        if self._batcher is None or self._batcher.done():
+            self._batcher = asyncio.create_task(self._decode_batches())
+        samples = await future
+        return f"{name}@{engine.step if step is None else step}", samples
+
+    async def _decode_batches(self) -> None:
+        """Decode what is pending, a model step at a time, until nothing is."""
+        while self._pending:
+            await asyncio.sleep(BATCH_WINDOW_S)
+            key = self._pending[0].key
+            batch, rows = [], 0
+            for item in list(self._pending):
+                if item.key == key and (not batch or rows + item.request.n <= MAX_BATCH_ROWS):
+                    batch.append(item)
+                    rows += item.request.n
+                    self._pending.remove(item)
+            engine = self._engines[key[0]]
+            try:
+                results = await self._run(engine.generate, [item.request for item in batch], key[1])
+            except Exception as exc:  # noqa: BLE001 - every waiting request gets the error
+                for item in batch:
+                    if not item.future.done():
+                        item.future.set_exception(exc)
+            else:
+                for item, samples in zip(batch, results):
+                    if not item.future.done():
+                        item.future.set_result(samples)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _engine(self, name: str) -> PolicyEngine:
+        try:
+            return self._engines[name]
+        except KeyError:
+            raise ValueError(f"model {name!r} is not registered with this backend") from None

@@ -1,0 +1,97 @@
+"""Conversations to tokens and replies to OpenAI messages, through the model's own chat template.
+
+One tokenizer object renders the prompts the server samples from and the conversations ART's ``tokenize`` turns
+into training rows, so the two can never disagree. Tool calls follow the Hermes convention that vLLM's ``hermes``
+parser reads: the tools are listed in the system turn inside ``<tools></tools>`` and the model writes each call as
+
+    <tool_call>
+    {"name": "search_inbox", "arguments": {"keywords": ["budget"]}}
+    </tool_call>
+
+A ChatML template that renders no tools of its own (SmolLM2's) gets this convention added for requests that carry
+tools; without tools it renders exactly as before. A call whose JSON is broken is still returned as a tool call, its
+arguments the raw text, so that the environment answers it as a tool error the policy can learn from, as a wrong
+argument would be.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+_HERMES_CHATML = r"""{%- if messages[0].role == 'system' %}{{- '<|im_start|>system\n' + messages[0].content + '\n\n' }}
+{%- else %}{{- '<|im_start|>system\n' }}{%- endif %}
+{{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+{%- for tool in tools %}{{- "\n" + (tool | tojson) }}{%- endfor %}
+{{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- for message in messages %}
+{%- if message.role == 'system' and loop.first %}
+{%- elif message.role == 'assistant' %}{{- '<|im_start|>assistant\n' + (message.content or '') }}
+{%- for tool_call in message.tool_calls or [] %}{%- set call = tool_call.function or tool_call %}
+{{- '\n<tool_call>\n{"name": "' + call.name + '", "arguments": ' }}
+{%- if call.arguments is string %}{{- call.arguments }}{%- else %}{{- call.arguments | tojson }}{%- endif %}
+{{- '}\n</tool_call>' }}{%- endfor %}{{- '<|im_end|>\n' }}
+{%- elif message.role == 'tool' %}
+{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}
+{{- '\n<tool_response>\n' + message.content + '\n</tool_response>' }}
+{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\n' }}{%- endif %}
+{%- else %}{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}
+{%- endif %}{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"""
+
+_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+_NAME = re.compile(r'"name"\s*:\s*"([^"\\]{0,64})"')
+
+
+def add_tool_support(tokenizer: Any) -> None:
+    """Give a ChatML template without tool rendering the Hermes convention, for requests with tools."""
+    template = tokenizer.chat_template
+    if not isinstance(template, str) or "tools" in template or "<|im_start|>" not in template:
+        return
+    tokenizer.chat_template = "{%- if tools %}" + _HERMES_CHATML + "{%- else %}" + template + "{%- endif %}"
+
+
+def renders_tools(tokenizer: Any) -> bool:
+    return isinstance(tokenizer.chat_template, str) and "tools" in tokenizer.chat_template
+
+
+def render_prompt(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
+    """The prompt's token ids, ending with the assistant turn's opening."""
+    ids = tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True, tokenize=True)
+    if hasattr(ids, "keys"):  # a BatchEncoding
+        ids = ids["input_ids"]
+    return list(ids)
+
+
+@dataclass(frozen=True)
+class ParsedReply:
+    content: str | None  # text outside the calls; None when there is none
+    tool_calls: list[dict[str, Any]]  # OpenAI ``tool_calls`` entries
+
+
+def parse_tool_calls(text: str, *, call_id_prefix: str) -> ParsedReply:
+    """Split a reply into content and Hermes tool calls; a reply without a complete call is all content."""
+    calls = list(_CALL.finditer(text))
+    if not calls:
+        return ParsedReply(content=text, tool_calls=[])
+    tool_calls = []
+    for i, match in enumerate(calls):
+        name, arguments = _call_parts(match.group(1))
+        tool_calls.append({"id": f"{call_id_prefix}_{i}", "type": "function", "function": {"name": name, "arguments": arguments}})
+    content = _CALL.sub("", text).strip()
+    return ParsedReply(content=content or None, tool_calls=tool_calls)
+
+
+def _call_parts(body: str) -> tuple[str, str]:
+    """The call's name and its arguments as a JSON string; broken JSON keeps its text for the tool to refuse."""
+    try:
+        call = json.loads(body)
+    except ValueError:
+        call = None
+    if isinstance(call, dict) and isinstance(call.get("name"), str):
+        arguments = call.get("arguments", {})
+        return call["name"], arguments if isinstance(arguments, str) else json.dumps(arguments)
+    found = _NAME.search(body)
+    return (found.group(1) if found else ""), body

@@ -1,0 +1,159 @@
+"""One trained model: the base LM with a PEFT LoRA adapter, its optimizer, and its checkpoints on disk.
+
+Every step is a PEFT adapter directory in ART's layout (``checkpoints/<step:04d>``: the adapter, the tokenizer
+and ``optimizer.pt``), written under a temporary name and renamed, so a crash never leaves half a checkpoint and
+a restart resumes from the newest one with its optimizer state. Step 0 is the adapter before any RL step (zero,
+or the warm start). Older steps are served by loading their adapter beside the trained one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import art
+import torch
+from art import dev
+
+from service.backends import layout
+from service.backends.transformers import chat, training
+from service.backends.transformers.generation import Generator, Sample, SamplingRequest
+from service.backends.transformers.models import load_tokenizer
+
+OPTIMIZER_FILE = "optimizer.pt"
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    rank: int = 16
+    alpha: int = 32
+    target_modules: str | tuple[str, ...] = "all-linear"
+    max_grad_norm: float = 1.0
+    seq_len: int = 2048  # tokens per packed training row
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+class PolicyEngine:
+    """Loads (or resumes) ``model_dir``'s adapter on the base model in ``base_dir``."""
+
+    def __init__(self, model_dir: Path, base_dir: Path, *, lora: LoraSettings = LoraSettings(), seed: int = 0,
+                 device: torch.device | None = None) -> None:  # fmt: skip
+        from peft import LoraConfig, PeftModel, get_peft_model
+        from transformers import AutoModelForCausalLM
+
+        self.model_dir, self.base_dir, self.lora = model_dir, base_dir, lora
+        self.device = device or default_device()
+        dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        self.tokenizer = load_tokenizer(base_dir)
+        chat.add_tool_support(self.tokenizer)
+        torch.manual_seed(seed)
+        base = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=dtype, use_safetensors=True).to(self.device)
+        steps = layout.checkpoint_steps(model_dir)
+        if steps:
+            self.model = PeftModel.from_pretrained(base, str(layout.checkpoint_dir(model_dir, steps[-1])), is_trainable=True)
+            self.step = steps[-1]
+        else:
+            config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, target_modules=list(lora.target_modules)
+                                if isinstance(lora.target_modules, tuple) else lora.target_modules, task_type="CAUSAL_LM")  # fmt: skip
+            self.model = get_peft_model(base, config)
+            self.step = 0
+        self.model.eval()
+        self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=1e-5)
+        if steps:
+            state = layout.checkpoint_dir(model_dir, self.step) / OPTIMIZER_FILE
+            if state.is_file():
+                self.optimizer.load_state_dict(torch.load(state, map_location=self.device, weights_only=True))
+        else:
+            self.save_checkpoint()
+        end_ids = {self.tokenizer.eos_token_id, *_ids(self.tokenizer, "<|im_end|>", "<|eot_id|>", "<|endoftext|>")}
+        self.sampler = Generator(self.model, self.tokenizer, end_token_ids={i for i in end_ids if i is not None})
+        self._loaded_steps: list[int] = []  # older adapters loaded beside "default", most recent last
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def steps(self) -> list[int]:
+        return layout.checkpoint_steps(self.model_dir)
+
+    def save_checkpoint(self) -> None:
+        target = layout.checkpoint_dir(self.model_dir, self.step)
+        tmp = target.with_name(f".{target.name}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.model.save_pretrained(str(tmp))
+        self.tokenizer.save_pretrained(str(tmp))
+        torch.save(self.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+
+    def keep_only(self, steps_to_keep: list[int]) -> None:
+        """Delete every other checkpoint; if the newest goes, roll the adapter back to the newest kept one."""
+        keep = set(steps_to_keep)
+        for step in self.steps():
+            if step not in keep:
+                shutil.rmtree(layout.checkpoint_dir(self.model_dir, step), ignore_errors=True)
+        if self.step not in keep and (left := self.steps()):
+            self._load_into_default(left[-1])
+
+    def _load_into_default(self, step: int) -> None:
+        from peft import set_peft_model_state_dict
+        from peft.utils import load_peft_weights
+
+        folder = layout.checkpoint_dir(self.model_dir, step)
+        set_peft_model_state_dict(self.model, load_peft_weights(str(folder), device=str(self.device)))
+        state = folder / OPTIMIZER_FILE
+        if state.is_file():
+            self.optimizer.load_state_dict(torch.load(state, map_location=self.device, weights_only=True))
+        self.step = step
+
+    # -- sampling -----------------------------------------------------------------------------
+
+    def generate(self, requests: list[SamplingRequest], step: int | None = None) -> list[list[Sample]]:
+        """Samples from the current adapter, or from an older step's (loaded beside it)."""
+        if step is None or step == self.step:
+            return self.sampler.generate(requests)
+        name = f"step-{step}"
+        if step not in self._loaded_steps:
+            self.model.load_adapter(str(layout.checkpoint_dir(self.model_dir, step)), adapter_name=name)
+            self._loaded_steps.append(step)
+            if len(self._loaded_steps) > 2:
+                self.model.delete_adapter(f"step-{self._loaded_steps.pop(0)}")
+        self.model.set_adapter(name)
+        try:
+            return self.sampler.generate(requests)
+        finally:
+            self.model.set_adapter("default")
+
+    # -- training -----------------------------------------------------------------------------
+
+    def grpo_step(self, groups: list[art.TrajectoryGroup], *, learning_rate: float, config: dev.TrainConfig,
+                  scale_rewards: bool) -> dict[str, float]:  # fmt: skip
+        """One RL step over the groups (ART's tokenisation, packing and loss), then a checkpoint."""
+        results = training.tokenize_groups(self.tokenizer, groups, scale_rewards=scale_rewards)
+        metrics: dict[str, float] = {"trained_trajectories": float(len(results))}
+        if results:
+            packed = training.pack(results, seq_len=self.lora.seq_len)
+            metrics |= training.grpo_step(self.model, self.optimizer, packed, learning_rate=learning_rate, config=config,
+                                          max_grad_norm=self.lora.max_grad_norm)  # fmt: skip
+        self.step += 1
+        self.save_checkpoint()
+        return metrics
+
+    def sft_step(self, trajectories: list[art.Trajectory], learning_rate: float) -> dict[str, float]:
+        rows = training.sft_rows(self.tokenizer, trajectories)
+        if not rows:
+            return {"loss": 0.0}
+        return training.sft_step(self.model, self.optimizer, rows, learning_rate=learning_rate, max_grad_norm=self.lora.max_grad_norm)
+
+    def finish_sft(self) -> None:
+        """The warm start becomes step 0; its optimizer state does not carry into RL."""
+        self.optimizer.state.clear()
+        self.save_checkpoint()
+
+
+def _ids(tokenizer: object, *tokens: str) -> list[int | None]:
+    vocab = tokenizer.get_vocab()  # type: ignore[attr-defined]
+    return [vocab.get(token) for token in tokens]

@@ -1,0 +1,165 @@
+"""One GRPO step and one SFT batch on a PEFT model, through ART's own tokenisation, packing and loss.
+
+ART's ``tokenize_trajectory_groups`` turns groups into token rows with assistant masks, sampled logprobs and group
+advantages; ``packed_tensors_from_tokenized_results`` packs them, a group's shared prompt once per packed row; and
+``art.loss.loss_fn`` is the objective, so a trajectory trains here as it would on ART's GPU backend. What this
+module adds is what ART's GPU trainer does around them: the packed attention mask, the new (and reference)
+logprobs, and the optimizer step. SFT rows come from the same tokeniser with ``allow_training_without_logprobs``
+(ART's own SFT tokeniser needs Unsloth): the loss is the mean negative log-likelihood of the assistant tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import art
+import torch
+from art import dev
+from art.loss import loss_fn
+from art.preprocessing.pack import PackedTensors, packed_tensors_from_tokenized_results
+from art.preprocessing.tokenize import TokenizedResult, tokenize_trajectory, tokenize_trajectory_groups
+from art.trajectories import History
+
+LOGPROB_CHUNK = 256  # positions whose vocabulary logits exist at once
+
+
+def packed_attention_mask(group_ids: torch.Tensor, parent_ids: torch.Tensor) -> torch.Tensor:
+    """Which positions each position attends to in a packed row: earlier ones of its own sequence and of the
+    shared prompt it continues (ART's ``calculate_mask``, which lives in its Unsloth trainer)."""
+    length = group_ids.shape[1]
+    causal = torch.tril(torch.ones(length, length, dtype=torch.bool, device=group_ids.device))
+    same = group_ids.unsqueeze(2) == group_ids.unsqueeze(1)
+    prompt = parent_ids.unsqueeze(2) == group_ids.unsqueeze(1)
+    return causal & (same | prompt)
+
+
+def token_logprobs(
+    model: torch.nn.Module, tokens: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, *, entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probability of each next token (position t holds log p(tokens[t+1]); the last is 0), and optionally
+    the entropy of each position's distribution; vocabulary logits are made a chunk of positions at a time."""
+    hidden = _backbone(model)(
+        input_ids=tokens.clamp(min=0), attention_mask=mask.unsqueeze(1), position_ids=positions, use_cache=False
+    ).last_hidden_state
+    head = model.get_output_embeddings()
+    targets = torch.nn.functional.pad(tokens[:, 1:].clamp(min=0), (0, 1))
+    logprobs, entropies = [], []
+    for start in range(0, tokens.shape[1], LOGPROB_CHUNK):
+        logits = head(hidden[:, start : start + LOGPROB_CHUNK]).float()
+        log_softmax = torch.log_softmax(logits, dim=-1)
+        logprobs.append(log_softmax.gather(-1, targets[:, start : start + LOGPROB_CHUNK].unsqueeze(-1)).squeeze(-1))
+        if entropy:
+            entropies.append(-(log_softmax.exp() * log_softmax).sum(-1).detach())
+    return torch.cat(logprobs, dim=1), torch.cat(entropies, dim=1) if entropy else None
+
+
+def _backbone(model: torch.nn.Module) -> torch.nn.Module:
+    """The decoder stack under the LM head (through PEFT's wrappers)."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return inner.model
+
+
+def tokenize_groups(tokenizer: Any, groups: list[art.TrajectoryGroup], *, scale_rewards: bool) -> list[TokenizedResult]:
+    return list(
+        tokenize_trajectory_groups(tokenizer, groups, allow_training_without_logprobs=False, scale_rewards=scale_rewards)
+    )
+
+
+def pack(results: list[TokenizedResult], *, seq_len: int) -> PackedTensors:
+    """ART's packing, at most ``seq_len`` tokens a row (a longer trajectory is cut, as ART's trainer cuts it), with
+    the columns that are padding in every row cut off: a small step is not padded to a full row."""
+    packed = packed_tensors_from_tokenized_results(results, seq_len=seq_len, pad_token_id=-100, verbosity=0)
+    used = int((packed["group_ids"] != -1).any(dim=0).nonzero().max()) + 1
+    return {k: v[:, :used] if isinstance(v, torch.Tensor) else v for k, v in packed.items()}  # type: ignore[return-value]
+
+
+def grpo_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    packed: PackedTensors,
+    *,
+    learning_rate: float,
+    config: dev.TrainConfig,
+    max_grad_norm: float,
+) -> dict[str, float]:
+    """Accumulate ART's loss over the packed rows (weighted by their assistant tokens, so the step's loss is the
+    mean over all of them), then one optimizer step. Reports loss, entropy, KL to the reference (the adapter
+    disabled) and the gradient norm."""
+    device = next(model.parameters()).device
+    rows = packed["tokens"].shape[0]
+    weights = [float(packed["assistant_mask"][i].sum()) for i in range(rows)]
+    total = sum(weights) or 1.0
+    sums = {"loss": 0.0, "entropy": 0.0, "kl_policy_ref": 0.0, "probs_corr": 0.0}
+    optimizer.zero_grad(set_to_none=True)
+    model.train()
+    for i in range(rows):
+        inputs = {k: v[i : i + 1].to(device) for k, v in packed.items() if isinstance(v, torch.Tensor)}
+        mask = packed_attention_mask(inputs["group_ids"], inputs["parent_ids"])
+        new, entropies = token_logprobs(model, inputs["tokens"], mask, inputs["input_pos"], entropy=True)
+        with torch.no_grad(), model.disable_adapter():
+            reference, _ = token_logprobs(model, inputs["tokens"], mask, inputs["input_pos"])
+        loss = loss_fn(inputs, new, reference, entropies, config)  # type: ignore[arg-type]
+        (loss.policy_loss * weights[i] / total).backward()
+        share = weights[i] / total
+        sums["loss"] += loss.policy_loss.item() * share
+        sums["entropy"] += float(loss.entropy or 0.0) * share
+        sums["kl_policy_ref"] += _kl(new.detach(), reference, inputs["assistant_mask"]) * share
+        if not math.isnan(corr := loss.probs_corr.item()):
+            sums["probs_corr"] += corr * share
+    grad_norm = _step(model, optimizer, learning_rate, max_grad_norm)
+    model.eval()
+    return {**sums, "grad_norm": grad_norm, "packed_rows": float(rows), "trained_tokens": total}
+
+
+def _kl(new: torch.Tensor, reference: torch.Tensor, assistant_mask: torch.Tensor) -> float:
+    """Mean per-token KL estimate (k3) of the policy from the reference over the assistant tokens."""
+    shifted = torch.nn.functional.pad(assistant_mask[:, 1:], (0, 1), value=False)
+    if not shifted.any():
+        return 0.0
+    diff = (reference - new)[shifted]
+    return float((diff.exp() - 1 - diff).mean())
+
+
+def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, learning_rate: float, max_grad_norm: float) -> float:
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm))
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm
+
+
+def sft_rows(tokenizer: Any, trajectories: list[art.Trajectory]) -> list[TokenizedResult]:
+    """Each trajectory's tokens with its assistant replies masked in, by ART's tokeniser."""
+    rows = []
+    for trajectory in trajectories:
+        history = History(messages_and_choices=trajectory.messages_and_choices, tools=trajectory.tools)
+        row = tokenize_trajectory(tokenizer, None, history, 1.0, True, trajectory)
+        if row is not None:
+            rows.append(row)
+    return rows
+
+
+def sft_step(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows: list[TokenizedResult], *, learning_rate: float, max_grad_norm: float
+) -> dict[str, float]:
+    """One optimizer step of next-token loss on the rows' assistant tokens."""
+    device = next(model.parameters()).device
+    tokens_total = sum(sum(r.assistant_mask) for r in rows) or 1
+    optimizer.zero_grad(set_to_none=True)
+    model.train()
+    loss_sum = 0.0
+    for row in rows:
+        tokens = torch.tensor([row.token_ids], device=device)
+        causal = torch.tril(torch.ones(len(row.token_ids), len(row.token_ids), dtype=torch.bool, device=device)).unsqueeze(0)
+        positions = torch.arange(len(row.token_ids), device=device).unsqueeze(0)
+        logprobs, _ = token_logprobs(model, tokens, causal, positions)
+        target = torch.nn.functional.pad(torch.tensor([row.assistant_mask[1:]], device=device, dtype=torch.bool), (0, 1))
+        loss = -(logprobs[target]).sum() / tokens_total
+        loss.backward()
+        loss_sum += float(loss)
+    grad_norm = _step(model, optimizer, learning_rate, max_grad_norm)
+    model.eval()
+    return {"loss": loss_sum, "grad_norm": grad_norm, "trained_tokens": float(tokens_total)}

@@ -1,0 +1,192 @@
+"""The transformers backend on a tiny random Llama with SmolLM2's real tokenizer and chat template: its OpenAI
+server over real HTTP (the official client), ART's tokenisation of what it sampled, a GRPO step through ART's loss,
+tool calls, checkpoints and resume."""
+
+from __future__ import annotations
+
+import json
+
+import art
+import openai
+import pytest
+import pytest_asyncio
+import torch
+from art.preprocessing.tokenize import tokenize_trajectory_groups
+
+from environments.tools import INVALID_JSON, Tool, ToolArguments, ToolBox
+from service.backends import layout
+from service.backends.transformers import chat
+from service.backends.transformers.backend import TransformersBackend
+from service.backends.transformers.engine import LoraSettings
+
+MESSAGES = [{"role": "system", "content": "Reply with `Final: <int>`."}, {"role": "user", "content": "What is 2 + 3?"}]
+
+
+@pytest_asyncio.fixture
+async def trained(tiny_lm, tmp_path):
+    """A registered model on a fresh backend, its server started; closed after the test."""
+    backend = TransformersBackend(path=tmp_path / "models", cache_dir=tmp_path / "cache", lora=LoraSettings(rank=8))
+    model = art.TrainableModel(name="tiny", project=layout.PROJECT, base_model=str(tiny_lm), base_path=str(tmp_path / "art"))
+    await model.register(backend)
+    yield backend, model
+    await backend.close()
+
+
+async def _sample(model: art.TrainableModel, n: int, **extra) -> list:
+    client = model.openai_client()
+    response = await client.chat.completions.create(
+        model=model.get_inference_name(), messages=MESSAGES, n=n, max_tokens=12, temperature=1.0, logprobs=True, seed=1, **extra
+    )
+    return list(response.choices)
+
+
+@pytest.mark.asyncio
+async def test_logprobs_name_token_ids_that_arts_tokenizer_reads_back_exactly(trained):
+    backend, model = trained
+    choices = await _sample(model, 4)
+    engine = backend._engine(model.name)
+    prompt = chat.render_prompt(engine.tokenizer, MESSAGES, None)
+    group = art.TrajectoryGroup(
+        [art.Trajectory(messages_and_choices=[*MESSAGES, c], reward=float(i)) for i, c in enumerate(choices)]
+    )
+    results = list(tokenize_trajectory_groups(engine.tokenizer, [group], False, True, shuffle_group_trajectories=False))
+    assert len(results) == 4
+    for choice, result in zip(choices, results):
+        sampled = [int(entry.token.removeprefix("token_id:")) for entry in choice.logprobs.content]
+        assert all(entry.token.startswith("token_id:") for entry in choice.logprobs.content)
+        trained_ids = [t for t, m in zip(result.token_ids, result.assistant_mask) if m]
+        assert result.token_ids[: len(prompt)] == prompt  # the prompt the server sampled from, token for token
+        assert trained_ids == sampled  # ... and the reply's tokens, the end-of-turn token included when sampled
+        assert [lp for lp, m in zip(result.logprobs, result.assistant_mask) if m] == pytest.approx(
+            [e.logprob for e in choice.logprobs.content]
+        )
+
+
+@pytest.mark.asyncio
+async def test_a_seeded_request_is_reproducible_and_models_are_addressed_by_step(trained):
+    backend, model = trained
+    first = await _sample(model, 2)
+    again = await _sample(model, 2)
+    assert [c.message.content for c in first] == [c.message.content for c in again]
+    client = model.openai_client()
+    with pytest.raises(openai.NotFoundError):
+        await client.chat.completions.create(model=f"{model.name}@7", messages=MESSAGES, max_tokens=2)
+    with pytest.raises(openai.NotFoundError):
+        await client.chat.completions.create(model="nobody", messages=MESSAGES, max_tokens=2)
+    step0 = await client.chat.completions.create(model=f"{model.name}@0", messages=MESSAGES, max_tokens=2)
+    assert step0.model == f"{model.name}@0"
+
+
+def _reply_logprob(engine, reply_ids: list[int]) -> float:
+    from service.backends.transformers.training import token_logprobs
+
+    prompt = chat.render_prompt(engine.tokenizer, MESSAGES, None)
+    tokens = torch.tensor([prompt + reply_ids])
+    length = tokens.shape[1]
+    causal = torch.tril(torch.ones(length, length, dtype=torch.bool)).unsqueeze(0)
+    with torch.no_grad():
+        logprobs, _ = token_logprobs(engine.model, tokens, causal, torch.arange(length).unsqueeze(0))
+    return float(logprobs[0, len(prompt) - 1 : length - 1].sum())
+
+
+@pytest.mark.asyncio
+async def test_a_grpo_step_makes_the_rewarded_reply_likelier_and_the_punished_one_less_likely(trained):
+    backend, model = trained
+    engine = backend._engine(model.name)
+    choices = await _sample(model, 8)
+    ids = [[int(e.token.removeprefix("token_id:")) for e in c.logprobs.content] for c in choices]
+    before = [_reply_logprob(engine, r) for r in ids[:2]]
+    rewards = [1.0, 0.0] + [0.5] * 6  # the first rewarded, the second punished, the rest in between
+    group = art.TrajectoryGroup(
+        [art.Trajectory(messages_and_choices=[*MESSAGES, c], reward=r) for c, r in zip(choices, rewards)]
+    )
+    result = await backend.train(model, [group], learning_rate=5e-3)
+    after = [_reply_logprob(engine, r) for r in ids[:2]]
+    assert after[0] > before[0] and after[1] < before[1]
+    assert result.step == 1 and result.metrics["trainable_groups"] == 1.0
+    assert {"loss", "entropy", "kl_policy_ref", "grad_norm"} <= set(result.metrics)
+    assert result.metrics["kl_policy_ref"] == 0.0  # measured before the update: the new adapter is zero
+    second = await backend.train(model, [group], learning_rate=5e-3)
+    assert second.metrics["kl_policy_ref"] > 0  # the adapter has moved away from the base model
+    flat = art.TrajectoryGroup([art.Trajectory(messages_and_choices=[*MESSAGES, c], reward=1.0) for c in choices[:2]])
+    skipped = await backend.train(model, [flat], learning_rate=5e-3)
+    assert skipped.metrics["zero_variance_groups"] == 1.0 and skipped.metrics["trained_trajectories"] == 0.0
+
+
+@pytest.mark.asyncio
+async def test_resume_continues_from_the_newest_checkpoint_with_its_weights(trained, tiny_lm, tmp_path):
+    backend, model = trained
+    engine = backend._engine(model.name)
+    choices = await _sample(model, 4)
+    group = art.TrajectoryGroup(
+        [art.Trajectory(messages_and_choices=[*MESSAGES, c], reward=float(i)) for i, c in enumerate(choices)]
+    )
+    for _ in range(3):
+        await backend.train(model, [group], learning_rate=1e-3)
+    reply = [int(e.token.removeprefix("token_id:")) for e in choices[0].logprobs.content]
+    trained_logprob = _reply_logprob(engine, reply)
+    await backend._delete_checkpoint_files(model, [0, 2, 3])
+    assert engine.steps() == [0, 2, 3]
+    again = TransformersBackend(path=tmp_path / "models", cache_dir=tmp_path / "cache", lora=LoraSettings(rank=8))
+    try:
+        await model.register(again)
+        resumed = again._engine(model.name)
+        assert await model.get_step() == 3
+        assert _reply_logprob(resumed, reply) == pytest.approx(trained_logprob, abs=1e-5)
+        assert resumed.optimizer.state  # Adam's moments came back too
+        await again._delete_checkpoint_files(model, [0, 2])  # a resume that rolls back a step
+        assert resumed.step == 2 and resumed.steps() == [0, 2]
+    finally:
+        await again.close()
+
+
+class _Lookup(ToolArguments):
+    word: str
+
+
+def test_hermes_tool_calls_become_openai_tool_calls_and_broken_ones_tool_errors():
+    text = 'Let me look.\n<tool_call>\n{"name": "lookup", "arguments": {"word": "cat"}}\n</tool_call>'
+    reply = chat.parse_tool_calls(text, call_id_prefix="call_x")
+    assert reply.content == "Let me look."
+    assert reply.tool_calls == [
+        {"id": "call_x_0", "type": "function", "function": {"name": "lookup", "arguments": json.dumps({"word": "cat"})}}
+    ]
+    broken = chat.parse_tool_calls('<tool_call>{"name": "lookup", "arguments": {"word": </tool_call>', call_id_prefix="c")
+    assert broken.content is None and broken.tool_calls[0]["function"]["name"] == "lookup"
+    box = ToolBox([Tool("lookup", "Look a word up.", _Lookup, lambda word: f"{word}: found")])
+    answer = box.call(broken.tool_calls[0]["function"]["name"], broken.tool_calls[0]["function"]["arguments"])
+    assert answer.error == INVALID_JSON and answer.content.startswith("error:")
+    assert chat.parse_tool_calls("<tool_call>{unterminated", call_id_prefix="c").tool_calls == []
+
+
+@pytest.mark.asyncio
+async def test_tools_are_rendered_by_the_template_and_calls_come_back_as_tool_calls(trained, monkeypatch):
+    backend, model = trained
+    engine = backend._engine(model.name)
+    tools = [{"type": "function", "function": {"name": "lookup", "description": "Look a word up.",
+                                               "parameters": {"type": "object", "properties": {"word": {"type": "string"}}}}}]  # fmt: skip
+    prompt = engine.tokenizer.decode(chat.render_prompt(engine.tokenizer, MESSAGES, tools))
+    assert "<tools>" in prompt and '"name": "lookup"' in prompt and prompt.endswith("<|im_start|>assistant\n")
+    assert "<tools>" not in engine.tokenizer.decode(chat.render_prompt(engine.tokenizer, MESSAGES, None))
+    call = '<tool_call>\n{"name": "lookup", "arguments": {"word": "cat"}}\n</tool_call>'
+    forced = engine.tokenizer.encode(call, add_special_tokens=False) + [engine.tokenizer.convert_tokens_to_ids("<|im_end|>")]
+
+    def scripted(requests, step=None):  # the random model cannot write a call: replay one through the real server
+        from service.backends.transformers.generation import Sample
+
+        return [[Sample(text=call, token_ids=forced, logprobs=[-1.0] * len(forced), finish_reason="stop")] for _ in requests]
+
+    monkeypatch.setattr(engine, "generate", scripted)
+    response = await model.openai_client().chat.completions.create(
+        model=model.get_inference_name(), messages=MESSAGES, tools=tools, max_tokens=40, logprobs=True
+    )
+    choice = response.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.tool_calls[0].function.name == "lookup"
+    assert json.loads(choice.message.tool_calls[0].function.arguments) == {"word": "cat"}
+    history = [*MESSAGES, choice, {"role": "tool", "tool_call_id": choice.message.tool_calls[0].id, "content": "cat: found"}]
+    group = art.TrajectoryGroup(
+        [art.Trajectory(messages_and_choices=history, tools=tools, reward=r) for r in (0.0, 1.0)]
+    )
+    results = list(tokenize_trajectory_groups(engine.tokenizer, [group], False, True, shuffle_group_trajectories=False))
+    assert [t for t, m in zip(results[0].token_ids, results[0].assistant_mask) if m] == forced
