@@ -1,10 +1,10 @@
 """The environment plugin interface and the registry that finds environments.
 
 An environment is one class registered under the entry-point group ``artsvc.environments``.
-The training loop only ever talks to it through :class:`Environment`. Plugins usually subclass
-:class:`BaseEnvironment`, which supplies the optional parts (no demonstrations, no tools,
-fingerprints of JSONL split files) so that a new environment is a name, its scenarios, a
-rollout and a verdict.
+The training loop only ever talks to it through :class:`Environment`, reading its members as
+plain attributes. Plugins usually subclass :class:`BaseEnvironment`, which supplies the optional
+parts (no opening exposed, no demonstrations, no tools, the default base models, fingerprints of
+JSONL split files) so that a new environment is a name, its scenarios, a rollout and a verdict.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # annotations only: importing ART (and torch) takes seconds
 
 ENTRY_POINT_GROUP = "artsvc.environments"
 SPLITS = ("train", "val", "test")
+DEFAULT_PRETRAINED_MODEL = "SmolLM2-135M-Instruct"
 
 
 @dataclass(frozen=True)
@@ -37,26 +38,38 @@ class Sampling:
 
 @runtime_checkable
 class Environment(Protocol):
-    """What the training loop needs of an environment.
+    """What the training loop needs of an environment: every member below, on the instance.
 
-    Optional attributes, read with defaults (:class:`BaseEnvironment` declares them):
-    ``warm_start_examples`` (demonstrations a warm start uses unless the job says otherwise; 0),
-    ``tools`` (the OpenAI function tools its rollouts offer the policy; none) and
-    ``embedded_base_model`` (the embedded architecture whose context holds its conversations) and
-    ``opening(scenario)`` (the messages a rollout of ``scenario`` starts from, hashed into run manifests
-    so that a changed prompt shows; without it a manifest's prompt hash is null).
+    :func:`load` refuses a class whose instances lack any of them. Subclasses of
+    :class:`BaseEnvironment` get a default for every optional member (marked so below), so a new
+    environment is a name, its scenarios, a rollout and a verdict.
     """
 
     name: str
     version: str
     scorer_name: str
     scorer_version: str
+    # Optional (BaseEnvironment's defaults in brackets):
+    warm_start_examples: int
+    """How many demonstrations a policy trained from scratch (the embedded backend) gets as a warm
+    start unless the job says otherwise [0]. Pretrained models start from their opening instead."""
+    tools: Sequence[dict[str, Any]]
+    """The OpenAI function tools its rollouts offer the policy [none]."""
+    embedded_base_model: str | None
+    """The embedded architecture whose context holds its conversations [None: the default one]."""
+    recommended_base_model: str
+    """The pretrained model a pretrained backend starts from [SmolLM2-135M-Instruct]."""
 
     def scenarios(self, split: str) -> Sequence[dict[str, Any]]:
         """Rows of ``split`` (train, val, test), in a fixed order; each has an ``id``."""
 
     def fingerprints(self) -> dict[str, str]:
         """sha256 fingerprint of every split, for run manifests."""
+
+    def opening(self, scenario: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The messages a rollout of ``scenario`` starts from, hashed into run manifests so that a
+        changed prompt shows [None: not exposed, and a manifest's prompt hash is null]. For a real
+        LLM: a system prompt with the contract, then any few-shot turns (see :mod:`environments.prompts`)."""
 
     async def rollout(self, model: art.Model, scenario: dict[str, Any], sampling: Sampling) -> art.Trajectory:
         """Play ``scenario`` against ``model`` and return the scored trajectory."""
@@ -65,7 +78,12 @@ class Environment(Protocol):
         """Whether a validation trajectory counts towards validation accuracy."""
 
     def demonstrations(self, *, seed: int, count: int) -> list[art.Trajectory]:
-        """Warm-start trajectories (assistant turns as plain messages); may be empty."""
+        """Warm-start trajectories (assistant turns as plain messages), opening as rollouts do [none]."""
+
+
+PROTOCOL_MEMBERS = tuple(Environment.__annotations__) + tuple(
+    member for member, value in vars(Environment).items() if callable(value) and not member.startswith("_")
+)
 
 
 @cache
@@ -79,10 +97,10 @@ def file_fingerprint(path: Path) -> str:
 
 
 class BaseEnvironment:
-    """Defaults for the optional parts of :class:`Environment`.
+    """Defaults for the optional parts of :class:`Environment` (documented there).
 
-    Set ``scenario_dir`` to a folder holding ``train.jsonl``, ``val.jsonl`` and ``test.jsonl``
-    and the splits and their fingerprints come for free.
+    Set ``scenario_dir`` (on the class, or per instance) to a folder holding ``train.jsonl``,
+    ``val.jsonl`` and ``test.jsonl`` and the splits and their fingerprints come for free.
     """
 
     name: ClassVar[str]
@@ -92,7 +110,8 @@ class BaseEnvironment:
     warm_start_examples: int = 0
     tools: Sequence[dict[str, Any]] = ()
     embedded_base_model: str | None = None
-    scenario_dir: ClassVar[Path | None] = None
+    recommended_base_model: str = DEFAULT_PRETRAINED_MODEL
+    scenario_dir: Path | None = None
 
     def _split_path(self, split: str) -> Path:
         if self.scenario_dir is None:
@@ -107,6 +126,9 @@ class BaseEnvironment:
     def fingerprints(self) -> dict[str, str]:
         return {split: file_fingerprint(self._split_path(split)) for split in SPLITS}
 
+    def opening(self, scenario: dict[str, Any]) -> list[dict[str, Any]] | None:
+        return None
+
     def demonstrations(self, *, seed: int, count: int) -> list[art.Trajectory]:
         return []
 
@@ -116,7 +138,8 @@ class UnknownEnvironmentError(LookupError):
 
 
 class EnvironmentConfigError(ValueError):
-    """The arguments given for an environment do not fit its constructor."""
+    """The arguments given for an environment do not fit its constructor, or the class it names
+    does not implement :class:`Environment`."""
 
 
 def available() -> dict[str, Any]:
@@ -137,7 +160,8 @@ def load(name: str, args: dict[str, Any] | None = None) -> Environment:
     """An instance of the environment registered as ``name``, built with keyword ``args``.
 
     Raises UnknownEnvironmentError naming the installed ones, and EnvironmentConfigError for
-    arguments the environment does not take or rejects.
+    arguments the environment does not take or rejects, or for an instance that lacks members of
+    :class:`Environment` (named in the message).
     """
     found = available()
     if name not in found:
@@ -151,6 +175,13 @@ def load(name: str, args: dict[str, Any] | None = None) -> Environment:
         takes = ", ".join(sorted(accepted)) or "no arguments"
         raise EnvironmentConfigError(f"environment {name!r} takes {takes}; got unknown {', '.join(unknown)}")
     try:
-        return cls(**args)
+        env = cls(**args)
     except (TypeError, ValueError) as exc:
         raise EnvironmentConfigError(f"environment {name!r}: {exc}") from exc
+    missing = [member for member in PROTOCOL_MEMBERS if not hasattr(env, member)]
+    if missing:
+        raise EnvironmentConfigError(
+            f"environment {name!r} ({cls.__module__}.{cls.__qualname__}) does not implement the Environment "
+            f"protocol: missing {', '.join(missing)} (subclass environments.BaseEnvironment for the optional ones)"
+        )
+    return env

@@ -46,10 +46,10 @@ def code_version() -> str:
 def prompt_hash(env: Environment, rows: list[dict[str, Any]]) -> str | None:
     """Hash of the conversations the measured scenarios open with and the tools offered, so a changed prompt
     shows even where the data did not change; None for an environment that does not expose its openings."""
-    opening = getattr(env, "opening", None)
-    if opening is None:
+    openings = [env.opening(row) for row in rows]
+    if any(opening is None for opening in openings):
         return None
-    return sha256_of({"openings": [opening(row) for row in rows], "tools": list(getattr(env, "tools", ()))})
+    return sha256_of({"openings": openings, "tools": list(env.tools)})
 
 
 def measurement(
@@ -117,7 +117,7 @@ def base_model_for(spec: JobSpec, env: Environment) -> str:
 
 def recommended_base_model(env: Environment) -> str:
     """The embedded architecture a job on ``env`` gets when it names none."""
-    return getattr(env, "embedded_base_model", None) or DEFAULT_BASE_MODEL
+    return env.embedded_base_model or DEFAULT_BASE_MODEL
 
 
 def training_manifest(spec: JobSpec, env: Environment) -> dict[str, Any]:
@@ -129,7 +129,7 @@ def training_manifest(spec: JobSpec, env: Environment) -> dict[str, Any]:
     sampling = {"train_temperature": t.temperature, "group_size": t.group_size, "groups_per_step": t.groups_per_step,
                 "learning_rate": t.learning_rate, "kl_penalty_coef": t.kl_penalty_coef,
                 "warm_start_examples": t.warm_start_examples if t.warm_start_examples is not None
-                else getattr(env, "warm_start_examples", 0)}  # fmt: skip
+                else env.warm_start_examples}  # fmt: skip
     return build(kind="training", env=env, environment_args=spec.environment_args, locked=locked, model=model,
                  seed=spec.seed, judge=judge_section(spec.reward.judge_model, spec.reward.rubric, spec.reward.mode),
                  sampling=sampling)  # fmt: skip

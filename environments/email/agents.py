@@ -39,7 +39,7 @@ Agent = Callable[[Mapping[str, Any], random.Random], AgentRun]
 
 @dataclass(frozen=True)
 class Played:
-    messages: list[dict[str, Any]]  # the OpenAI-format conversation, question first
+    messages: list[dict[str, Any]]  # the OpenAI-format conversation, from its opening
     result: EpisodeResult
 
 
@@ -48,11 +48,20 @@ def call(name: str, **arguments: Any) -> Call:
 
 
 def play(
-    scenario: Mapping[str, Any], agent: Agent, *, max_turns: int = 6, seed: int = 0, index: Index | None = None
+    scenario: Mapping[str, Any],
+    agent: Agent,
+    *,
+    max_turns: int = 6,
+    seed: int = 0,
+    index: Index | None = None,
+    opening: list[dict[str, Any]] | None = None,
 ) -> Played:
-    """Run ``agent`` on ``scenario`` until the episode ends; deterministic in ``seed``."""
+    """Run ``agent`` on ``scenario`` until the episode ends; deterministic in ``seed``.
+
+    The conversation starts from ``opening`` (the environment's; by default the question alone).
+    """
     episode = Episode(scenario, max_turns, index=index)
-    messages: list[dict[str, Any]] = [{"role": "user", "content": str(scenario.get("question", ""))}]
+    messages = list(opening) if opening is not None else [{"role": "user", "content": str(scenario.get("question", ""))}]
     run = agent(scenario, random.Random(seed))
     replies: list[str] | None = None
     numbered = 0

@@ -19,23 +19,31 @@ from environments.email.corpus import MESSAGES_FILE, SCENARIO_DIR
 from environments.email.episode import Episode, check_max_turns
 from environments.email.tools import tool_specs
 from environments.email.verifier import SCORER_NAME, SCORER_VERSION
+from environments.prompts import system
 
 MAX_TOKENS = 96  # per turn: room for the longest tool call the demonstrations make
 
+SYSTEM_PROMPT = (
+    "Answer the user's question about their inbox with the tools. search_inbox(keywords) lists up to 5 emails "
+    "that contain all the keywords, one line each: id date sender subject. read_email(message_id) shows one "
+    "email. Once you have read the email that holds the answer, call return_final_answer(answer, source_ids) "
+    "with the short answer as the email writes it and the ids of the emails it is from; that ends the task. "
+    "If several emails fit, the newest is right. Call a tool in every reply; you have {max_turns} replies."
+)
 
-def opening(scenario: dict[str, Any]) -> list[dict[str, Any]]:
-    """The conversation a policy starts from: the question alone.
 
-    No system prompt: the default policy reads one token per character within a short context,
-    and the tool results already fill it. What the tools are for is taught by the warm-start
-    demonstrations and enforced by the reward, as in the math environment.
+def opening(scenario: dict[str, Any], max_turns: int = 6) -> list[dict[str, Any]]:
+    """The conversation a policy starts from: the task and its tools (a system prompt), then the question.
+
+    The embedded character policy skips the system prompt (its tokenizer drops it): it learns
+    what the tools are for from the warm-start demonstrations, and the reward enforces it.
     """
-    return [{"role": "user", "content": scenario["question"]}]
+    return [system(SYSTEM_PROMPT.format(max_turns=max_turns)), {"role": "user", "content": scenario["question"]}]
 
 
 class EmailEnvironment(BaseEnvironment):
     name = "email"
-    version = "1.0.0"
+    version = "1.1.0"
     scorer_name = SCORER_NAME
     scorer_version = SCORER_VERSION
     scenario_dir = SCENARIO_DIR
@@ -49,7 +57,7 @@ class EmailEnvironment(BaseEnvironment):
         self.max_turns = check_max_turns(max_turns)
 
     def opening(self, scenario: dict[str, Any]) -> list[dict[str, Any]]:
-        return opening(scenario)
+        return opening(scenario, self.max_turns)
 
     def fingerprints(self) -> dict[str, str]:
         """The splits' fingerprints and the corpus's: a question means nothing without its mail."""
@@ -57,7 +65,7 @@ class EmailEnvironment(BaseEnvironment):
 
     async def rollout(self, model: art.Model, scenario: dict[str, Any], sampling: Sampling) -> art.Trajectory:
         episode = Episode(scenario, self.max_turns)
-        trajectory = art.Trajectory(messages_and_choices=opening(scenario), tools=list(self.tools), reward=0.0)
+        trajectory = art.Trajectory(messages_and_choices=self.opening(scenario), tools=list(self.tools), reward=0.0)
         while not episode.done:
             choice = await complete(model, trajectory.messages(), sampling, max_tokens=MAX_TOKENS, tools=self.tools)
             trajectory.messages_and_choices.append(choice)
@@ -86,7 +94,9 @@ class EmailEnvironment(BaseEnvironment):
         demos = []
         for _ in range(count):
             scenario = rng.choice(train)
-            played = play(scenario, demonstrator, max_turns=self.max_turns, seed=rng.randrange(2**32))
+            played = play(
+                scenario, demonstrator, max_turns=self.max_turns, seed=rng.randrange(2**32), opening=self.opening(scenario)
+            )
             demos.append(
                 art.Trajectory(
                     messages_and_choices=played.messages,

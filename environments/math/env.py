@@ -7,39 +7,65 @@ from typing import Any
 import art
 
 from environments.base import BaseEnvironment, Sampling
-from environments.math import scenarios as scenario_files
 from environments.math.demonstrations import demonstrations
+from environments.math.scenarios import DEFAULT_LEVEL, LEVELS, level_named
 from environments.math.scorer import SCORER_NAME, SCORER_VERSION, score
+from environments.prompts import few_shot, system
 
 MAX_TOKENS = 24  # room for the longest sloppy reply, so slips are scored, not cut off
 
+# The strict scorer's contract (environments/math/scorer.py), in words.
+SYSTEM_PROMPT = (
+    "Answer the math problem. Your whole reply must be one line: Final: N\n"
+    "N is the integer answer in digits: a leading - if negative, no leading zeros, no other text."
+)
+# Two worked examples per level, none of them a val or test problem of its level (a test checks).
+FEW_SHOT = {
+    "carry_free": (("What is 23 + 14?", "Final: 37"), ("How many cards in all? Mia has 52, Raj has 6.", "Final: 58")),
+    "carries": (("What is 47 + 38?", "Final: 85"), ("How many coins in all? Ben has 65, Ana has 57.", "Final: 122")),
+    "subtraction": (("What is 52 - 17?", "Final: 35"), ("Compute 18 - 63.", "Final: -45")),
+    "multiplication": (
+        ("What is 14 * 6?", "Final: 84"),
+        ("Kim has 9 bags of 12 shells. How many shells in all?", "Final: 108"),
+    ),
+    "word_problems": (
+        ("Ana has 12 apples, buys 5 more and gives away 3. How many apples does Ana have now?", "Final: 14"),
+        ("Lou has 9 cards. Mia has 4 more. How many cards do they have together?", "Final: 22"),
+    ),
+}
 
-def messages_for(scenario: dict[str, Any]) -> list[dict[str, str]]:
-    """The conversation a policy sees: the question alone.
 
-    The strict format is taught by the warm-start demonstrations and enforced by the reward; a
-    system prompt would triple the context the small embedded policy pays for on every token.
+def messages_for(scenario: dict[str, Any], level: str = DEFAULT_LEVEL) -> list[dict[str, str]]:
+    """The conversation a policy sees: the contract, two worked examples of ``level``, the question.
+
+    The embedded character policy skips the system prompt and the example turns (its tokenizer
+    drops them): it learns the format from the warm-start demonstrations and the reward.
     """
-    return [{"role": "user", "content": scenario["prompt"]}]
+    return [system(SYSTEM_PROMPT), *few_shot(FEW_SHOT[level]), {"role": "user", "content": scenario["prompt"]}]
 
 
 class MathEnvironment(BaseEnvironment):
-    """Splits and their fingerprints are read from the files in ``scenario_dir`` (the committed
-    ``fingerprints.json`` is what a test checks they still are), so a changed answer changes the manifest."""
+    """Integer problems of one difficulty ``level`` (see :data:`~environments.math.scenarios.LEVELS`),
+    answered ``Final: <int>``. Each level has its own splits; their fingerprints are read from the files
+    (the committed ``fingerprints.json`` is what a test checks they still are), so the level and any
+    changed answer show in run manifests. An unknown level is a ValueError naming the levels."""
 
     name = "math"
-    version = "1.0.0"
+    version = "1.1.0"
     scorer_name = SCORER_NAME
     scorer_version = SCORER_VERSION
-    scenario_dir = scenario_files.SCENARIO_DIR
     warm_start_examples = 51_200
     tools = ()
 
+    def __init__(self, *, level: str = DEFAULT_LEVEL) -> None:
+        self.level = level_named(level).name
+        self.scenario_dir = LEVELS[self.level].directory
+
     def opening(self, scenario: dict[str, Any]) -> list[dict[str, str]]:
-        return messages_for(scenario)
+        return messages_for(scenario, self.level)
 
     async def rollout(self, model: art.Model, scenario: dict[str, Any], sampling: Sampling) -> art.Trajectory:
-        messages = messages_for(scenario)
+        messages = self.opening(scenario)
         response = await model.openai_client().chat.completions.create(
             model=model.get_inference_name(),
             messages=messages,
@@ -56,7 +82,8 @@ class MathEnvironment(BaseEnvironment):
             messages_and_choices=[*messages, choice],
             reward=result["reward"],
             metrics={"correct": outcome == "correct", "completion_length": len(completion)},
-            metadata={"scenario_id": scenario["id"], "outcome": outcome, "scorer_version": SCORER_VERSION},
+            metadata={"scenario_id": scenario["id"], "outcome": outcome, "level": self.level,
+                      "scorer_version": SCORER_VERSION},  # fmt: skip
         )
 
     def is_correct(self, trajectory: art.Trajectory) -> bool:
@@ -64,6 +91,6 @@ class MathEnvironment(BaseEnvironment):
 
     def demonstrations(self, *, seed: int, count: int) -> list[art.Trajectory]:
         return [
-            art.Trajectory(messages_and_choices=[*messages_for(row), {"role": "assistant", "content": reply}])
+            art.Trajectory(messages_and_choices=[*self.opening(row), {"role": "assistant", "content": reply}])
             for row, reply in demonstrations(list(self.scenarios("train")), seed=seed, count=count)
         ]

@@ -10,31 +10,43 @@ import art
 
 from environments.base import BaseEnvironment, Sampling
 from environments.chat import complete
+from environments.prompts import few_shot, system
 from environments.twenty48 import scoring
 from environments.twenty48.engine import Board, board_sum, is_game_over, max_tile, new_game
 from environments.twenty48.player import play
-from environments.twenty48.render import format_move, parse_move, render
+from environments.twenty48.render import cell, format_move, parse_move, render
 from environments.twenty48.scenarios import SCENARIO_DIR
 
 MAX_TOKENS = 24  # "<move>right</move>" is 18 characters; a little room so near misses are seen, not cut
 TARGET_TILES = tuple(2**k for k in range(3, 12))  # 8 .. 2048
 MAX_TURNS_LIMIT = 2 * TARGET_TILES[-1]  # the default at the largest target: every turn is a model call
 
+SYSTEM_PROMPT = (
+    "You play 2048 on a 4x4 board, shown as 4 lines of 4 cells. A cell is . if empty, else its tile's power "
+    "of two in one character: 1 is 2, 2 is 4, 3 is 8 ... 9 is 512, a is 1024, b is 2048. A move slides every "
+    "tile as far as it goes that way; two equal tiles that meet merge into the next power. A new tile appears "
+    "after each move. Win by making a {target} tile ({target_cell}). Reply with only your move: "
+    "<move>left</move>, <move>right</move>, <move>up</move> or <move>down</move>. Any other reply ends the game."
+)
+# One example turn: two 2s in the first column merge on the way down (the teacher's own move there).
+EXAMPLE_BOARD: Board = [[0, 0, 0, 0], [0, 0, 0, 0], [2, 0, 0, 0], [2, 4, 0, 0]]
+EXAMPLE_MOVE = "down"
+
 
 class Twenty48Environment(BaseEnvironment):
     """Reach ``target_tile`` on a 4x4 board, one ``<move>DIRECTION</move>`` reply per turn.
 
-    Each turn the user message is the board alone (see :mod:`environments.twenty48.render`);
-    there is no system prompt because the small embedded policy reads one token per character
-    and would pay for the instructions on every turn. The reply format is taught by the
-    warm-start demonstrations and enforced by the game: an unparseable reply ends the game with
-    a penalty. A move that changes nothing is legal, as in the real game, but wastes the turn
+    A game opens with a system prompt (the notation, the rules and the reply format) and one
+    example turn; then each turn's user message is the board alone (see
+    :mod:`environments.twenty48.render`). The embedded character policy skips the system prompt
+    and the example (its tokenizer drops them) and learns the reply format from the warm-start
+    demonstrations. The game enforces it: an unparseable reply ends the game with a penalty. A move that changes nothing is legal, as in the real game, but wastes the turn
     (no tile spawns) and costs a little reward. The game is won when a tile reaches
     ``target_tile`` and lost when no move is left or after ``max_turns`` replies.
     """
 
     name = "2048"
-    version = "1.0.0"
+    version = "1.1.0"
     scorer_name = scoring.SCORER_NAME
     scorer_version = scoring.SCORER_VERSION
     scenario_dir = SCENARIO_DIR
@@ -56,12 +68,17 @@ class Twenty48Environment(BaseEnvironment):
         self.max_turns = max_turns
         self.warm_start_examples = round(self.WARM_START_MOVES / (0.75 * target_tile))
 
+    def preamble(self) -> list[dict[str, str]]:
+        """What every game opens with, before its first board: the contract, then the example turn."""
+        prompt = SYSTEM_PROMPT.format(target=self.target_tile, target_cell=cell(self.target_tile))
+        return [system(prompt), *few_shot([(render(EXAMPLE_BOARD), format_move(EXAMPLE_MOVE))])]
+
     def opening(self, scenario: dict[str, Any]) -> list[dict[str, str]]:
-        return [{"role": "user", "content": render(new_game(int(scenario["seed"])).board)}]
+        return [*self.preamble(), {"role": "user", "content": render(new_game(int(scenario["seed"])).board)}]
 
     async def rollout(self, model: art.Model, scenario: dict[str, Any], sampling: Sampling) -> art.Trajectory:
         game = new_game(int(scenario["seed"]))
-        trajectory = art.Trajectory(messages_and_choices=[])
+        trajectory = art.Trajectory(messages_and_choices=self.preamble())
         outcome = None
         turns = wasted = 0
         while outcome is None:
@@ -119,7 +136,8 @@ class Twenty48Environment(BaseEnvironment):
             game = new_game(int(rng.choice(train)["seed"]))
             player_rng = random.Random(rng.getrandbits(64))
             turns = play(game, player_rng, target_tile=self.target_tile, max_turns=self.max_turns)
-            demos.append(art.Trajectory(messages_and_choices=[m for turn in turns for m in _demonstrated_turn(*turn)]))
+            played = [m for turn in turns for m in _demonstrated_turn(*turn)]
+            demos.append(art.Trajectory(messages_and_choices=[*self.preamble(), *played]))
         return demos
 
 

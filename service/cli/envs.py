@@ -21,7 +21,7 @@ def _describe(name: str) -> dict:
             "scorer": f"{env.scorer_name} {env.scorer_version}",
             "splits": {split: len(env.scenarios(split)) for split in env.fingerprints() if split in environments.SPLITS},
             "arguments": environments.arguments_of(type(env)),
-            "tools": [tool["function"]["name"] for tool in getattr(env, "tools", ())],
+            "tools": [tool["function"]["name"] for tool in env.tools],
         }
     except Exception as exc:  # a broken plugin is listed with its error, not hidden
         return {"name": name, "error": f"{type(exc).__name__}: {exc}"}

@@ -22,6 +22,7 @@ from sqlmodel import Session
 
 import environments
 from environments.base import Environment, Sampling
+from environments.prompts import is_example
 from judges.usage import BudgetSpent, JudgeBudget
 from service import manifests
 from service.alerts import check_alerts
@@ -105,9 +106,10 @@ def warm_start_batch_size(demos: Sequence[art.Trajectory]) -> int:
 
     A math demonstration is one reply and a 2048 game about fifty: batching whole trajectories
     by a fixed count would give a game-playing warm start fifty times fewer optimizer steps.
+    Few-shot example turns of the opening are not replies.
     """
     turns = sum(
-        isinstance(item, Choice) or (isinstance(item, dict) and item.get("role") == "assistant")
+        isinstance(item, Choice) or (isinstance(item, dict) and item.get("role") == "assistant" and not is_example(item))
         for demo in demos
         for item in demo.messages_and_choices
     )
@@ -118,7 +120,7 @@ async def _warm_start(run: _Run) -> None:
     """Supervised warm start on the environment's demonstrations, once per model."""
     count = run.spec.training.warm_start_examples
     if count is None:
-        count = getattr(run.env, "warm_start_examples", 0)
+        count = run.env.warm_start_examples
     if (run.model.read_state() or {}).get(WARM_START_STATE_KEY) or count == 0:
         return
     demos = run.env.demonstrations(seed=run.spec.seed, count=count)

@@ -149,7 +149,8 @@ def test_demonstrations_are_deterministic_for_a_seed(env):
     assert [d.messages_and_choices for d in first] == [d.messages_and_choices for d in again]
     assert [d.messages_and_choices for d in first] != [d.messages_and_choices for d in other]
     train_questions = {s["question"] for s in env.scenarios("train")}
-    assert all(d.messages_and_choices[0]["content"] in train_questions for d in first)
+    assert all(d.messages_and_choices[1]["content"] in train_questions for d in first)
+    assert all(d.messages_and_choices[:2] == env.opening({"question": d.messages_and_choices[1]["content"]}) for d in first)
     outcomes = Counter(d.metadata["outcome"] for d in env.demonstrations(seed=1, count=400))
     assert 0.7 < outcomes["correct"] / 400 < 0.95 and outcomes["wrong_answer"] > 0
     assert all(isinstance(m, dict) for d in first for m in d.messages_and_choices)
@@ -184,7 +185,7 @@ async def test_rollout_with_a_real_untrained_policy(tmp_path):
     finally:
         await backend.close()
     choices = [m for m in trajectory.messages_and_choices if isinstance(m, Choice)]
-    assert len(choices) == 2 and trajectory.messages_and_choices[0]["role"] == "user"
+    assert len(choices) == 2 and trajectory.messages_and_choices[:2] == env.opening(env.scenarios("val")[0])
     assert trajectory.metadata["outcome"] != "correct" and not env.is_correct(trajectory)
     assert trajectory.metadata["scenario_id"] == "email-val-0000"
     assert trajectory.metadata["scorer_version"] == env.scorer_version

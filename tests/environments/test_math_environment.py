@@ -46,7 +46,8 @@ def test_demonstrations_are_sloppy_in_the_stated_proportions_and_deterministic()
     again = env.demonstrations(seed=1, count=50)
     assert [d.messages_and_choices for d in demos[:50]] == [d.messages_and_choices for d in again]
     rows = {r["prompt"]: r for r in env.scenarios("train")}
-    outcomes = [score(rows[d.messages_and_choices[0]["content"]], d.messages_and_choices[-1]["content"])["details"]["outcome"] for d in demos]
+    assert all(d.messages_and_choices[:-1] == env.opening(rows[d.messages_and_choices[-2]["content"]]) for d in demos[:50])
+    outcomes = [score(rows[d.messages_and_choices[-2]["content"]], d.messages_and_choices[-1]["content"])["details"]["outcome"] for d in demos]
     correct = outcomes.count("correct") / len(outcomes)
     wrong = outcomes.count("wrong_answer") / len(outcomes)
     assert 0.62 < correct < 0.72 and 0.05 < wrong < 0.11  # 25% format slips, 8% arithmetic slips

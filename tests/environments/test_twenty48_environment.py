@@ -86,8 +86,10 @@ def test_demonstrations_are_deterministic_whole_games_of_valid_moves():
     assert [d.messages_and_choices for d in demos] != [d.messages_and_choices for d in other]
     openings = {str(new_game(row["seed"]).board) for row in env.scenarios("train")}
     wins = 0
+    preamble = env.preamble()
     for demo in demos:
-        turns = demo.messages_and_choices
+        assert demo.messages_and_choices[: len(preamble)] == preamble  # the rollouts' opening, before the first board
+        turns = demo.messages_and_choices[len(preamble) :]
         assert [m["role"] for m in turns] == ["user", "assistant"] * (len(turns) // 2)
         boards = [unrender(m["content"]) for m in turns[0::2]]
         moves = [parse_move(m["content"]) for m in turns[1::2]]
@@ -188,9 +190,11 @@ async def test_a_rollout_of_the_heuristic_is_the_same_game_as_its_demonstration(
     moves = iter(direction for _, direction in expected)
     model = ScriptedModel(lambda board: format_move(next(moves)))
     trajectory = await env.rollout(model, row, Sampling(temperature=1.0, seed=10))
-    items = trajectory.messages_and_choices
+    assert trajectory.messages_and_choices[:3] == env.opening(row)[:3]  # system prompt, example board, example move
+    items = trajectory.messages_and_choices[3:]
     assert [m["content"] for m in items[0::2]] == [render(board) for board, _ in expected]
     assert all(isinstance(c, Choice) for c in items[1::2]) and len(items) == 2 * len(expected)
+    assert items[0] == env.opening(row)[-1]
     assert [m["role"] for m in items[0::2]] == ["user"] * len(expected)
     assert trajectory.metadata["outcome"] == "win" and trajectory.reward == 2.0 and env.is_correct(trajectory)
     assert trajectory.metrics["won"] and trajectory.metrics["max_tile"] >= 128
@@ -207,7 +211,7 @@ async def test_rollouts_end_on_the_turn_limit_or_an_unparseable_move_and_a_move_
     heuristic = ScriptedModel(lambda board: format_move(choose_move(board, random.Random(0))))
     limited = await env.rollout(heuristic, row, Sampling())
     assert limited.metadata == {
-        "scenario_id": row["id"], "outcome": "turn_limit", "target_tile": 2048, "scorer_version": "1.0.0"
+        "scenario_id": row["id"], "outcome": "turn_limit", "target_tile": 2048, "scorer_version": env.scorer_version
     }  # fmt: skip
     assert limited.metrics["moves"] == 5 and 0.0 <= limited.reward <= 1.0 and not env.is_correct(limited)
 
@@ -216,7 +220,7 @@ async def test_rollouts_end_on_the_turn_limit_or_an_unparseable_move_and_a_move_
         return format_move(next((d for d in DIRECTIONS if not slide(board, d)[2]), "up"))
 
     stubborn = await Twenty48Environment(max_turns=12).rollout(ScriptedModel(wasteful), row, Sampling())
-    boards = [m["content"] for m in stubborn.messages_and_choices[0::2]]
+    boards = [m["content"] for m in stubborn.messages_and_choices[3::2]]
     assert stubborn.metadata["outcome"] == "turn_limit" and not stubborn.metrics["invalid_move"]
     assert stubborn.metrics["turns"] == 12 and stubborn.metrics["wasted_moves"] == 12 - stubborn.metrics["moves"] > 0
     repeated = sum(a == b for a, b in zip(boards, boards[1:]))
@@ -246,7 +250,8 @@ async def test_an_untrained_policy_loses_on_its_first_garbled_reply(tmp_path):
     finally:
         await backend.close()
     for trajectory in trajectories:
-        user, choice = trajectory.messages_and_choices
+        system, example_board, example_move, user, choice = trajectory.messages_and_choices
+        assert system["role"] == "system" and (example_board["name"], example_move["name"]) == ("example_user", "example_assistant")
         assert user["role"] == "user" and len(user["content"]) == 31
         assert isinstance(choice, Choice) and choice.logprobs is not None
         assert trajectory.metadata["outcome"] == "invalid_move" and trajectory.metrics["moves"] == 0

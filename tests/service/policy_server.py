@@ -43,7 +43,7 @@ def policy_server() -> Iterator[str]:
     """Serve the baseline models in a thread; yields the API base (``http://127.0.0.1:PORT/v1``)."""
 
     def answer(request: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
-        question = next(m["content"] for m in request["messages"] if m["role"] == "user")
+        question = [m["content"] for m in request["messages"] if m["role"] == "user"][-1]  # after any few-shot turns
         content = reply(request["model"], question, request.get("seed"))
         return 200, {
             "id": "chatcmpl-policy", "object": "chat.completion", "created": int(time.time()), "model": request["model"],

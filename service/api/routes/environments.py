@@ -44,8 +44,8 @@ def describe(name: str) -> EnvironmentPublic:
             splits=splits,
             data_fingerprints=data,
             arguments=environments.arguments_of(type(env)),
-            tools=[tool["function"]["name"] for tool in getattr(env, "tools", ())],
-            warm_start_examples=getattr(env, "warm_start_examples", 0),
+            tools=[tool["function"]["name"] for tool in env.tools],
+            warm_start_examples=env.warm_start_examples,
             **versions,
         )
     except Exception as exc:  # a broken plugin must not take the listing down

@@ -1,7 +1,8 @@
 """Turn ART trajectories into the token windows the embedded policy trains on.
 
 Every assistant turn of a trajectory is trained (for RL, only the turns that are OpenAI
-``Choice`` objects, the ones the policy actually sampled); the rest is context. A conversation
+``Choice`` objects, the ones the policy actually sampled); the rest is context, except what the
+policy never sees (system prompts and few-shot example turns, see the tokenizer). A conversation
 longer than the context is cut into windows, each ending with the turns it trains and starting
 as far left as the policy could see:
 
@@ -24,7 +25,7 @@ import torch
 from art.trajectories import get_messages
 from openai.types.chat.chat_completion import Choice
 
-from service.backends.embedded.tokenizer import EOT, PAD, encode_text, prompt_budget, render_message
+from service.backends.embedded.tokenizer import EOT, PAD, encode_text, policy_sees, prompt_budget, render_message
 
 NO_LOGPROB = math.nan  # a trainable token whose sampling logprob the server did not return
 
@@ -94,6 +95,8 @@ def _render_with_turns(messages_and_choices: Sequence, train_on_messages: bool) 
             ids, logprobs = _choice_turn(item)
             turns.append(_Turn(len(stream) + 1, _context_of(item), ids, logprobs))
         elif isinstance(item, Mapping):
+            if not policy_sees(item):  # system prompts and few-shot examples: neither context nor trained
+                continue
             rendered = render_message(item)
             if item.get("role") == "assistant" and train_on_messages:
                 turns.append(_Turn(len(stream) + 1, None, rendered[1:], [NO_LOGPROB] * (len(rendered) - 1)))

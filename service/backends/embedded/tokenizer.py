@@ -2,7 +2,14 @@
 
 One token per printable ASCII character, plus a few special tokens that frame chat turns.
 A conversation renders as ``<role> content <eot>`` per message, and a generation prompt ends
-with ``<assistant>``. An assistant turn's tool calls render after its content in the text
+with ``<assistant>``.
+
+What the policy does not see: ``system`` (and ``developer``) messages and few-shot example turns
+(messages whose ``name`` is ``example_user`` or ``example_assistant``, see
+:mod:`environments.prompts`) are skipped, in prompts and in training windows alike. Environments
+write those for pretrained instruct models; the character policy learns the reply format from
+warm-start demonstrations that open the same way (so the same parts are dropped when it is taught
+and when it samples), and its short context has no room for instructions. An assistant turn's tool calls render after its content in the text
 convention of :mod:`toolcalls`; tool results are ``<tool>`` turns. Tool *definitions* are not
 rendered: a 192-character context has no room for JSON schemas, so the embedded policy learns
 its tools from demonstrations (a GPU model's chat template renders them as usual). Characters
@@ -15,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from environments.prompts import is_example
 from service.backends.embedded import toolcalls
 
 PAD, EOT, SYSTEM, USER, ASSISTANT, TOOL, UNK = range(7)
@@ -42,8 +50,14 @@ def decode(ids: Iterable[int]) -> str:
     return "".join(_ID_TO_CHAR.get(i, "") for i in ids)
 
 
+def policy_sees(message: Mapping[str, Any]) -> bool:
+    """Whether the policy reads ``message``: not a system or developer message, not a few-shot example turn."""
+    return ROLE_TOKENS.get(str(message.get("role", "user"))) != SYSTEM and not is_example(message)
+
+
 def render_message(message: Mapping[str, Any]) -> list[int]:
-    """Tokens of one finished chat message: role token, content, end of turn."""
+    """Tokens of one finished chat message: role token, content, end of turn (whether the policy
+    sees it at all is :func:`policy_sees`'s call)."""
     role = ROLE_TOKENS.get(str(message.get("role", "user")), USER)
     content = message.get("content") or ""
     if not isinstance(content, str):  # OpenAI content parts: keep the text parts
@@ -54,10 +68,11 @@ def render_message(message: Mapping[str, Any]) -> list[int]:
 
 
 def render_prompt(messages: Iterable[Mapping[str, Any]]) -> list[int]:
-    """Tokens of a conversation followed by the assistant generation prompt."""
+    """Tokens of a conversation (the messages :func:`policy_sees`) followed by the assistant generation prompt."""
     ids: list[int] = []
     for message in messages:
-        ids.extend(render_message(message))
+        if policy_sees(message):
+            ids.extend(render_message(message))
     ids.append(ASSISTANT)
     return ids
 

@@ -49,7 +49,7 @@ def test_the_math_environment_with_its_splits(client, engine, fresh_catalog):
                        for split, fingerprint in math.fingerprints().items()}  # fmt: skip
     assert listed["math"] == {
         "name": "math", "version": math.version, "scorer_name": math.scorer_name, "scorer_version": math.scorer_version,
-        "splits": expected_splits, "data_fingerprints": {}, "arguments": {}, "tools": [], "warm_start_examples": math.warm_start_examples,
+        "splits": expected_splits, "data_fingerprints": {}, "arguments": {"level": "carry_free"}, "tools": [], "warm_start_examples": math.warm_start_examples,
         "error": None,
     }  # fmt: skip
     assert listed["2048"]["arguments"] == {"target_tile": 128, "max_turns": None}

@@ -99,7 +99,7 @@ def gated_baseline(open_for: int) -> Iterator[tuple[str, threading.Event, Callab
             seen[1] += held
         if held:
             gate.wait(60)
-        question = next(m["content"] for m in request["messages"] if m["role"] == "user")
+        question = [m["content"] for m in request["messages"] if m["role"] == "user"][-1]  # after any few-shot turns
         message = {"role": "assistant", "content": reply(request["model"], question, request.get("seed"))}
         return 200, {"id": "chatcmpl-gated", "object": "chat.completion", "created": int(time.time()),
                      "model": request["model"], "choices": [{"index": 0, "finish_reason": "stop", "message": message}]}, {}  # fmt: skip
