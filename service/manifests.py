@@ -112,12 +112,28 @@ def differences(baseline: dict[str, Any], candidate: dict[str, Any]) -> list[dic
 
 def base_model_for(spec: JobSpec, env: Environment) -> str:
     """The job's base model, or the embedded architecture the environment recommends."""
-    return spec.model.base_model if spec.model.base_model is not None else recommended_base_model(env)
+    if spec.model.base_model is not None:
+        return spec.model.base_model
+    recommended = recommended_base_model(env, spec.model.backend)
+    assert recommended is not None, "JobSpec requires base_model for the local and serverless backends"
+    return recommended
 
 
-def recommended_base_model(env: Environment) -> str:
-    """The embedded architecture a job on ``env`` gets when it names none."""
-    return env.embedded_base_model or DEFAULT_BASE_MODEL
+def recommended_base_model(env: Environment, backend: str) -> str | None:
+    """The base model a job on ``env`` and ``backend`` gets when it names none: the embedded architecture whose
+    context holds its conversations, or the pretrained LM it recommends; none for ART's GPU and serverless
+    backends (the job must name one)."""
+    if backend == "embedded":
+        return env.embedded_base_model or DEFAULT_BASE_MODEL
+    return env.recommended_base_model if backend == "transformers" else None
+
+
+def warm_start_examples(spec: JobSpec, env: Environment) -> int:
+    """Demonstrations the job's warm start uses: the job's number, else the environment's for a policy trained from
+    scratch (the embedded backend). A pretrained model starts from its opening (system prompt, few-shot turns)."""
+    if spec.training.warm_start_examples is not None:
+        return spec.training.warm_start_examples
+    return env.warm_start_examples if spec.model.backend == "embedded" else 0
 
 
 def training_manifest(spec: JobSpec, env: Environment) -> dict[str, Any]:
@@ -128,8 +144,7 @@ def training_manifest(spec: JobSpec, env: Environment) -> dict[str, Any]:
     model = {"kind": "training", "name": spec.model.name, "backend": spec.model.backend, "base_model": base_model_for(spec, env)}
     sampling = {"train_temperature": t.temperature, "group_size": t.group_size, "groups_per_step": t.groups_per_step,
                 "learning_rate": t.learning_rate, "kl_penalty_coef": t.kl_penalty_coef,
-                "warm_start_examples": t.warm_start_examples if t.warm_start_examples is not None
-                else env.warm_start_examples}  # fmt: skip
+                "warm_start_examples": warm_start_examples(spec, env)}  # fmt: skip
     return build(kind="training", env=env, environment_args=spec.environment_args, locked=locked, model=model,
                  seed=spec.seed, judge=judge_section(spec.reward.judge_model, spec.reward.rubric, spec.reward.mode),
                  sampling=sampling)  # fmt: skip

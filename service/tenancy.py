@@ -41,7 +41,7 @@ def refuse_job(spec: JobSpec, env: Environment, *, caller: Principal, settings: 
         allowed = ", ".join(settings.client_backends) or "none"
         return (f"model.backend: {backend!r} is not a backend this server lets client tokens use; allowed: "
                 f"{allowed} (the operator sets ARTSVC_CLIENT_BACKENDS)")  # fmt: skip
-    base_model, recommended, listed = spec.model.base_model, recommended_base_model(env), settings.client_base_models
+    base_model, recommended, listed = spec.model.base_model, recommended_base_model(env, spec.model.backend), settings.client_base_models
     if base_model in (None, recommended) or base_model in listed or "*" in listed:
         return None
     return (f"model.base_model: {base_model!r} is not a base model this server lets client tokens use; allowed: "

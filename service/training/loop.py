@@ -118,9 +118,7 @@ def warm_start_batch_size(demos: Sequence[art.Trajectory]) -> int:
 
 async def _warm_start(run: _Run) -> None:
     """Supervised warm start on the environment's demonstrations, once per model."""
-    count = run.spec.training.warm_start_examples
-    if count is None:
-        count = run.env.warm_start_examples
+    count = manifests.warm_start_examples(run.spec, run.env)
     if (run.model.read_state() or {}).get(WARM_START_STATE_KEY) or count == 0:
         return
     demos = run.env.demonstrations(seed=run.spec.seed, count=count)

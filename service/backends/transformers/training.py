@@ -21,6 +21,8 @@ from art.preprocessing.pack import PackedTensors, packed_tensors_from_tokenized_
 from art.preprocessing.tokenize import TokenizedResult, tokenize_trajectory, tokenize_trajectory_groups
 from art.trajectories import History
 
+from environments.prompts import is_example
+
 LOGPROB_CHUNK = 256  # positions whose vocabulary logits exist at once
 
 
@@ -132,14 +134,30 @@ def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, learning_rat
 
 
 def sft_rows(tokenizer: Any, trajectories: list[art.Trajectory]) -> list[TokenizedResult]:
-    """Each trajectory's tokens with its assistant replies masked in, by ART's tokeniser."""
+    """Each trajectory's tokens with its assistant replies masked in, by ART's tokeniser; few-shot example replies
+    (part of the opening, not the policy's) are masked out again."""
     rows = []
     for trajectory in trajectories:
         history = History(messages_and_choices=trajectory.messages_and_choices, tools=trajectory.tools)
         row = tokenize_trajectory(tokenizer, None, history, 1.0, True, trajectory)
         if row is not None:
+            examples = sum(1 for m in trajectory.messages_and_choices if isinstance(m, dict) and is_example(m)
+                           and m.get("role") == "assistant")  # fmt: skip
+            row.assistant_mask = _without_first_spans(row.assistant_mask, examples)
             rows.append(row)
     return rows
+
+
+def _without_first_spans(mask: list[int], count: int) -> list[int]:
+    """``mask`` with its first ``count`` runs of ones (one per assistant message, in order) set to zero."""
+    out, seen, previous = list(mask), 0, 0
+    for i, bit in enumerate(mask):
+        if bit and not previous:
+            seen += 1
+        if bit and seen <= count:
+            out[i] = 0
+        previous = bit
+    return out
 
 
 def sft_step(
