@@ -1,13 +1,17 @@
-"""Backends by name: the embedded CPU backend, or ART's GPU (``local``) and ``serverless`` ones."""
+"""Backends by name: the embedded CPU backend, or ART's GPU (``local``) and ``serverless`` ones.
+
+Importing this package loads neither ART nor torch (a backend's own imports happen when it is made), so the API can
+read :mod:`service.backends.layout` without them.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import art
-
-from service.backends.embedded import EmbeddedBackend
+if TYPE_CHECKING:
+    import art
 
 
 class BackendUnavailableError(RuntimeError):
@@ -17,6 +21,8 @@ class BackendUnavailableError(RuntimeError):
 def make_backend(name: str, *, data_dir: Path, seed: int) -> art.Backend:
     """A fresh backend instance; the caller closes it."""
     if name == "embedded":
+        from service.backends.embedded import EmbeddedBackend
+
         return EmbeddedBackend(path=data_dir / "models", cache_dir=data_dir / "cache", seed=seed)
     if name == "local":
         import torch
@@ -33,5 +39,7 @@ def make_backend(name: str, *, data_dir: Path, seed: int) -> art.Backend:
     if name == "serverless":
         if not os.environ.get("WANDB_API_KEY"):
             raise BackendUnavailableError("the serverless backend needs WANDB_API_KEY in the environment")
+        import art
+
         return art.ServerlessBackend()
     raise BackendUnavailableError(f"unknown backend {name!r}")
