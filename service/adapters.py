@@ -50,7 +50,8 @@ def base_model_dir(adapter: Path, given: Path | None) -> Path:
             raise ExportError(f"--base-model {given} is not a Hugging Face model directory (no config.json in it)")
         return given.expanduser().resolve()
     try:
-        recorded = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8")).get("base_model_name_or_path")
+        config = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8"))
+        recorded = config.get("base_model_name_or_path")
     except (OSError, ValueError, AttributeError) as exc:
         raise ExportError(f"cannot read {adapter / 'adapter_config.json'}: {exc}") from None
     if isinstance(recorded, str) and recorded and (Path(recorded) / "config.json").is_file():

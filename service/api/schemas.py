@@ -134,7 +134,7 @@ class CheckpointPublic(BaseModel):
         "of the embedded backend's character model; `other`: a directory without adapter_config.json."
     )
     exportable: bool = Field(description="Whether `GET /v1/jobs/{id}/checkpoints/{step}/adapter` serves it.")
-    accuracy: float | None = Field(description="Validation accuracy sampled at this step; null if it was not validated.")
+    accuracy: float | None = Field(description="Validation accuracy sampled at this step; null if not validated there.")
     greedy_accuracy: float | None = Field(description="Greedy validation accuracy at this step, where recorded.")
 
 

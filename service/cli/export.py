@@ -39,7 +39,7 @@ def export(
     ],
     step: Annotated[str, typer.Option(help="best (the best validation step), latest, or a step number.")] = "best",
     merge_base: Annotated[
-        bool, typer.Option("--merge", help="Also merge the adapter into its base model: a plain HF model in DIR/merged.")
+        bool, typer.Option("--merge", help="Also merge the adapter into its base: a plain HF model in DIR/merged.")
     ] = False,
     base_model: Annotated[
         Optional[Path],
@@ -90,7 +90,7 @@ def _refuse_to_overwrite(output: Path, *, force: bool) -> None:
     if output.exists() and not output.is_dir():
         raise ExportError(f"{output} exists and is not a directory")
     if output.is_dir() and any(output.iterdir()) and not force:
-        raise ExportError(f"{output} is not empty: choose another -o, or pass --force to replace its adapter/ and merged/")
+        raise ExportError(f"{output} is not empty: choose another -o, or --force to replace its adapter/ and merged/")
     output.mkdir(parents=True, exist_ok=True)
 
 

@@ -48,9 +48,10 @@ def list_checkpoints(job_id: str, session: SessionDep, caller: CallerDep, settin
                          greedy_accuracy=at[c.step].greedy_accuracy if c.step in at else None)  # fmt: skip
         for c in found
     ]
-    return CheckpointList(job_id=job.id, backend=checkpoints.job_backend(job), base_model=checkpoints.job_base_model(job),
-                          best_step=checkpoints.best_step(job, points), latest_step=found[-1].step if found else None,
-                          data=data)  # fmt: skip
+    return CheckpointList(
+        job_id=job.id, backend=checkpoints.job_backend(job), base_model=checkpoints.job_base_model(job),
+        best_step=checkpoints.best_step(job, points), latest_step=found[-1].step if found else None, data=data,
+    )  # fmt: skip
 
 
 @router.get("/jobs/{job_id}/checkpoints/{step}/adapter", response_class=Response, responses=ARCHIVE)
@@ -64,8 +65,10 @@ def download_adapter(
         raise HTTPException(422, f"step: at most {MAX_STEP}")
     job = visible_job(session, caller=caller, job_id=job_id)
     if (backend := checkpoints.job_backend(job)) == "embedded":
-        raise HTTPException(409, f"job {job.id} trained on the embedded backend: its checkpoints are .pt files of "
-                                 "artsvc's own character model, not PEFT adapters; only transformers-backend jobs export")  # fmt: skip
+        raise HTTPException(
+            409, f"job {job.id} trained on the embedded backend: its checkpoints are .pt files of artsvc's own "
+            "character model, not PEFT adapters; only transformers-backend jobs export",
+        )
     folder = checkpoints.model_dir(job, settings.data_dir)
     best = checkpoints.best_step(job, runs.validation_points(session, job_id=job.id)) if wanted == "best" else None
     try:

@@ -103,15 +103,17 @@ def test_merge_says_when_the_base_model_is_not_here_and_takes_base_model(
     run = dict(cwd=tmp_path, api_url=live_server, token=token)
     result = artsvc("export", job_id, "--step", "latest", "-o", "out", "--merge", **run)
     assert result.returncode == 2 and "'/srv/models/base'" in said(result) and "--base-model" in said(result)
-    assert (tmp_path / "out" / "adapter" / "adapter_config.json").is_file() and not (tmp_path / "out" / "merged").exists()
+    out = tmp_path / "out"
+    assert (out / "adapter" / "adapter_config.json").is_file() and not (out / "merged").exists()
 
     result = artsvc("export", job_id, "-o", "out2", "--merge", "--base-model", "nowhere", **run)
     assert result.returncode == 2 and "--base-model nowhere is not a Hugging Face model directory" in said(result)
     assert not (tmp_path / "out2").exists()  # refused before anything was written
 
-    result = artsvc("export", job_id, "--step", "1", "-o", "out", "--force", "--merge", "--base-model", str(tiny_lm), **run)
+    result = artsvc("export", job_id, "--step", "1", "-o", "out", "--force", "--merge", "--base-model", str(tiny_lm),
+                    **run)  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / "out" / "merged" / "model.safetensors").is_file()
+    assert (out / "merged" / "model.safetensors").is_file()
 
 
 @pytest.mark.parametrize(
