@@ -8,8 +8,8 @@ stream reconnects after a dropped connection from the last event it delivered (`
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, BinaryIO
 from urllib.parse import quote
 
 import httpx
@@ -61,6 +61,31 @@ class ApiClient:
 
     def curves_png(self, job_id: str) -> bytes:
         return self._request("GET", f"/v1/jobs/{_quote(job_id)}/curves.png").content
+
+    def checkpoints(self, job_id: str) -> dict[str, Any]:
+        return self._request("GET", f"/v1/jobs/{_quote(job_id)}/checkpoints").json()
+
+    def download_adapter(
+        self, job_id: str, step: str, sink: BinaryIO, *, on_bytes: Callable[[int], None] | None = None
+    ) -> int | None:
+        """Stream one checkpoint's adapter archive (.tar.gz) into ``sink``, calling ``on_bytes`` with each chunk's
+        size; returns the step the API served (``step`` may say ``best`` or ``latest``; None if it did not say)."""
+        path = f"/v1/jobs/{_quote(job_id)}/checkpoints/{_quote(step)}/adapter"
+        response = self._send(self._http.build_request("GET", path), stream=True)
+        try:
+            if response.is_error:
+                response.read()
+                raise self._refusal(response)
+            for chunk in response.iter_bytes():
+                sink.write(chunk)
+                if on_bytes is not None:
+                    on_bytes(len(chunk))
+            served = response.headers.get("Checkpoint-Step", "")
+            return int(served) if served.isdigit() else None
+        except httpx.TransportError as exc:
+            raise ApiError(f"the download from {self.base_url} broke off: {_reason(exc)}") from None
+        finally:
+            response.close()
 
     def submit_evaluation(self, spec: Any) -> dict[str, Any]:
         return self._request("POST", "/v1/evaluations", json=spec).json()

@@ -22,7 +22,7 @@ from sqlalchemy.exc import OperationalError
 
 from service.store import db as store_db
 
-pytest_plugins = ["tests.tiny_lm"]
+pytest_plugins = ["tests.tiny_lm"]  # ``tiny_lm``: a tiny Llama with SmolLM2's tokenizer, built once a session
 
 DEFAULT_TIMEOUT_S = 600  # far past any unmarked test, even on a busy machine; longer ones carry their own mark
 

@@ -25,7 +25,7 @@ from sqlalchemy.engine import Engine
 
 from service import __version__
 from service.api import errors, limits, metrics, overload
-from service.api.routes import alerts, curves, environments, evaluations, events, health, jobs, ui
+from service.api.routes import alerts, checkpoints, curves, environments, evaluations, events, health, jobs, ui
 from service.settings import Settings, get_settings
 from service.store import db as store_db
 
@@ -83,7 +83,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         max_requests=settings.max_concurrent_requests,
         max_per_caller=settings.max_concurrent_requests_per_caller,
     )
-    for module in (jobs, evaluations, events, alerts, curves, environments, health, ui):
+    for module in (jobs, checkpoints, evaluations, events, alerts, curves, environments, health, ui):
         app.include_router(module.router)
     return app
 

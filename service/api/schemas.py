@@ -7,7 +7,7 @@ promised (DESIGN.md); internal columns (owner, lease, request hash) never leave 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -125,6 +125,31 @@ class TrajectoryPublic(PublicModel):
 
 class TrajectoryList(BaseModel):
     data: list[TrajectoryPublic] = Field(description="Sampled rollouts, newest step first.")
+
+
+class CheckpointPublic(BaseModel):
+    step: int
+    format: Literal["peft_adapter", "embedded", "other"] = Field(
+        description="`peft_adapter`: a PEFT adapter directory (the transformers backend's); `embedded`: a `.pt` file "
+        "of the embedded backend's character model; `other`: a directory without adapter_config.json."
+    )
+    exportable: bool = Field(description="Whether `GET /v1/jobs/{id}/checkpoints/{step}/adapter` serves it.")
+    accuracy: float | None = Field(description="Validation accuracy sampled at this step; null if not validated there.")
+    greedy_accuracy: float | None = Field(description="Greedy validation accuracy at this step, where recorded.")
+
+
+class CheckpointList(BaseModel):
+    job_id: str
+    backend: str
+    base_model: str | None = Field(description="The base model the job trains from.")
+    best_step: int | None = Field(
+        description="The job's best validation step (highest accuracy, earliest on ties): as recorded when it ended, "
+        "else the best so far; null before any validation. Training keeps its checkpoint."
+    )
+    latest_step: int | None = Field(description="The newest checkpoint on disk; null if there is none.")
+    data: list[CheckpointPublic] = Field(
+        description="Checkpoints on disk, oldest first. Training keeps step 0, the best step and the two newest."
+    )
 
 
 class EvaluationPublic(PublicModel):

@@ -1,13 +1,18 @@
 """Backends by name: ``transformers`` (a real LM, CUDA or CPU), the ``embedded`` character policy, or ART's GPU
-(``local``) and ``serverless`` ones. Backends are imported when asked for: each pulls in its own stack."""
+(``local``) and ``serverless`` ones.
+
+Importing this package loads neither ART nor torch (a backend's own imports happen when it is made), so the API can
+read :mod:`service.backends.layout` without them.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import art
-
+if TYPE_CHECKING:
+    import art
 
 
 class BackendUnavailableError(RuntimeError):
@@ -39,5 +44,7 @@ def make_backend(name: str, *, data_dir: Path, seed: int) -> art.Backend:
     if name == "serverless":
         if not os.environ.get("WANDB_API_KEY"):
             raise BackendUnavailableError("the serverless backend needs WANDB_API_KEY in the environment")
+        import art
+
         return art.ServerlessBackend()
     raise BackendUnavailableError(f"unknown backend {name!r}")

@@ -1,6 +1,6 @@
 """``artsvc``: the command line of the service. Each module registers its verbs on ``app``."""
 
-from service.cli import client, envs, evaluate, plot, serve, tokens, train, worker  # noqa: F401  (registers the verbs)
+from service.cli import client, envs, evaluate, export, plot, serve, tokens, train, worker  # noqa: F401  (the verbs)
 from service.cli.app import app
 
 

@@ -1,0 +1,116 @@
+"""``artsvc export``: a trained checkpoint out of the service, through the HTTP API.
+
+What it writes into DIR::
+
+    DIR/adapter/   the checkpoint's PEFT adapter (adapter_config.json, adapter_model.safetensors) and tokenizer
+    DIR/merged/    with --merge: the base model with the adapter merged in, a plain Hugging Face model directory
+
+A DIR that is not empty is refused unless ``--force``, which replaces ``adapter/`` and ``merged/`` and leaves anything
+else in DIR alone. The last line of stdout is DIR.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
+
+from service.adapters import ExportError, base_model_dir, merge, unpack
+from service.client import ApiError
+
+from service.cli.app import app, console, fail
+from service.cli.client import ApiUrlOption, TokenOption, api_client
+
+STEP = re.compile(r"^(best|latest|[0-9]{1,10})$")
+
+
+@app.command("export")
+def export(
+    job_id: Annotated[str, typer.Argument(metavar="JOB_ID", help="The job's id.")],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", metavar="DIR", help="Where to write: DIR/adapter, and DIR/merged.")
+    ],
+    step: Annotated[str, typer.Option(help="best (the best validation step), latest, or a step number.")] = "best",
+    merge_base: Annotated[
+        bool, typer.Option("--merge", help="Also merge the adapter into its base: a plain HF model in DIR/merged.")
+    ] = False,
+    base_model: Annotated[
+        Optional[Path],
+        typer.Option(help="The base model's Hugging Face directory here (default: where the server had it)."),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Write into a DIR that is not empty (replaces its adapter/ and merged/).")
+    ] = False,
+    api_url: ApiUrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Download a job's checkpoint as a PEFT adapter into DIR/adapter; with --merge also write the merged model,
+    which AutoModelForCausalLM.from_pretrained (and vLLM) load, to DIR/merged. Prints DIR."""
+    if not STEP.match(step):
+        raise fail(f"--step must be best, latest or a step number, not {step!r}")
+    if base_model is not None and not merge_base:
+        raise fail("--base-model is for --merge")
+    adapter, merged = output / "adapter", output / "merged"
+    created = not output.exists()
+    try:
+        if merge_base and base_model is not None:
+            base_model_dir(adapter, base_model)  # a wrong path fails before the download
+        _refuse_to_overwrite(output, force=force)
+        with tempfile.TemporaryDirectory(dir=output, prefix=".export-") as scratch:
+            archive = Path(scratch) / "adapter.tar.gz"
+            served = _download(job_id, step, archive, api_url=api_url, token=token)
+            _remove(adapter, merged)  # only once the new adapter is here: a failed download keeps the old export
+            unpack(archive, adapter)
+        said = f"wrote the adapter of job {escape(job_id)} step {served} to {escape(str(adapter))}"
+        console.print(said, soft_wrap=True, highlight=False)
+        if merge_base:
+            base = base_model_dir(adapter, base_model)
+            with console.status(f"merging the adapter into {escape(str(base))}"):
+                merge(adapter, base, merged)
+            console.print(f"wrote the merged model to {escape(str(merged))}", soft_wrap=True, highlight=False)
+    except ExportError as exc:
+        raise fail(str(exc)) from None
+    except OSError as exc:
+        raise fail(f"cannot write to {output}: {exc.strerror or exc}") from None
+    finally:
+        if created:
+            with contextlib.suppress(OSError):
+                output.rmdir()  # only if the export left it empty
+    typer.echo(str(output))
+
+
+def _refuse_to_overwrite(output: Path, *, force: bool) -> None:
+    if output.exists() and not output.is_dir():
+        raise ExportError(f"{output} exists and is not a directory")
+    if output.is_dir() and any(output.iterdir()) and not force:
+        raise ExportError(f"{output} is not empty: choose another -o, or --force to replace its adapter/ and merged/")
+    output.mkdir(parents=True, exist_ok=True)
+
+
+def _remove(*paths: Path) -> None:
+    for path in paths:
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.is_dir():
+            shutil.rmtree(path)
+
+
+def _download(job_id: str, step: str, archive: Path, *, api_url: str | None, token: str | None) -> int | None:
+    """The adapter archive streamed into ``archive`` with a progress bar; returns the step the API served."""
+    progress = Progress(
+        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+        TimeElapsedColumn(), console=console,
+    )  # fmt: skip
+    with api_client(api_url, token) as client, progress, archive.open("wb") as sink:
+        task = progress.add_task(f"job {escape(job_id[:8])} step {step}", total=None)
+        try:
+            return client.download_adapter(job_id, step, sink, on_bytes=lambda n: progress.advance(task, n))
+        except ApiError as exc:
+            raise ExportError(str(exc)) from None
