@@ -57,7 +57,7 @@ class NotExportable(ValueError):
 
 
 def job_backend(job: Job) -> str:
-    return str((job.spec.get("model") or {}).get("backend") or "embedded")
+    return str((job.spec.get("model") or {}).get("backend") or "transformers")
 
 
 def job_base_model(job: Job) -> str | None:
