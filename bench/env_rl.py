@@ -49,6 +49,14 @@ def train_and_read(env_name: str, seed: int, extra: list[str]) -> dict[str, Any]
                     (summary["id"],),
                 )
             ]
+            examples = [
+                {"step": st, "scenario_id": sid, "outcome": out, "correct": bool(ok)}
+                for st, sid, out, ok in db.execute(
+                    "select step, scenario_id, outcome, correct from example_results where job_id = ? order by step, position",
+                    (summary["id"],),
+                )
+            ]
+            manifest = json.loads(db.execute("select manifest from jobs where id = ?", (summary["id"],)).fetchone()[0])
             steps = [
                 {"step": s, "reward_mean": r, "wall_time_s": w}
                 for s, r, w in db.execute(
@@ -64,6 +72,8 @@ def train_and_read(env_name: str, seed: int, extra: list[str]) -> dict[str, Any]
         "summary": summary,
         "validation": points,
         "steps": steps,
+        "examples": examples,
+        "manifest": manifest,
     }
 
 

@@ -1,8 +1,9 @@
 """Benchmark: the README's main job (``artsvc train --env math``), measured end to end.
 
-Runs the job in a fresh data directory (so the warm start is really trained, not cached),
-records wall time and peak memory of the process, reads the validation series back from the
-store, and writes ``bench/results/math_rl.json`` plus the Markdown rows for README's Results.
+Runs the job in a fresh data directory (so nothing is cached: the base model is converted, a warm start trained),
+records wall time and peak memory of the process, reads the validation series back from the store, puts the
+best step against step 0 through the promotion gate (``service.evaluation.compare``, min_delta 0.02), and writes
+``bench/results/math_rl.json`` plus the Markdown rows for README's Results.
 
     python bench/math_rl.py [--seed 0] [extra artsvc train flags...]
 """
@@ -11,8 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from types import SimpleNamespace
 
 from env_rl import RESULTS, machine, train_and_read
+
+from service.evaluation.compare import Measured, compare
 
 FORMAT_OUTCOMES = ("missing_prefix", "extra_whitespace", "not_single_line", "leading_zeros", "not_integer")
 
@@ -24,6 +28,13 @@ def main() -> None:
     result = train_and_read("math", args.seed, extra)
     summary, points, wall, peak_rss_gib = result["summary"], result["validation"], result["wall_time_s"], result["peak_rss_gib"]
     best = next(p for p in points if p["step"] == summary["best_step"])
+
+    def measured(step: int) -> Measured:
+        rows = [SimpleNamespace(**e) for e in result["examples"] if e["step"] == step]
+        return Measured(id=summary["id"], kind="training", step=step, manifest=result["manifest"], results=rows)
+
+    gate = compare(measured(0), measured(summary["best_step"]), min_delta=0.02)
+    result["gate"] = {k: gate[k] for k in ("decision", "reasons", "overall", "outcomes")}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "math_rl.json").write_text(json.dumps(result, indent=2) + "\n")
 
@@ -44,6 +55,10 @@ def main() -> None:
     for p in points:
         o = p["outcomes"]
         print(f"| {p['step']} | {p['accuracy']:.3f} | {p['greedy_accuracy']:.3f} | {o.get('correct', 0)} | {o.get('wrong_answer', 0)} | {formats(p)} |")
+    overall = gate["overall"] or {}
+    print(f"\ngate, step {summary['best_step']} against step 0 (min_delta 0.02): {gate['decision']}"
+          f" (delta {overall.get('delta', float('nan')):+.3f}, 95% interval [{overall.get('ci_low', float('nan')):+.3f},"
+          f" {overall.get('ci_high', float('nan')):+.3f}]){'; ' + '; '.join(gate['reasons']) if gate['reasons'] else ''}")
 
 
 if __name__ == "__main__":
