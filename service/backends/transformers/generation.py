@@ -88,7 +88,7 @@ class Generator:
             _Row(
                 request=r,
                 prompt=prompts.index(r.prompt_ids),
-                generator=torch.Generator().manual_seed((r.seed if r.seed is not None else secrets.randbits(62)) + i),
+                generator=torch.Generator(device=self.device).manual_seed((r.seed if r.seed is not None else secrets.randbits(62)) + i),
                 sample=Sample(context_tokens=len(r.prompt_ids)),
             )
             for r in requests
