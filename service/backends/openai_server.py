@@ -96,11 +96,13 @@ def error_response(status: int, message: str, code: str, headers: dict[str, str]
     return JSONResponse(status_code=status, content=body, headers=headers)
 
 
-def validation_message(exc: RequestValidationError) -> str:
-    """The first invalid field and what is wrong with it, as one line."""
-    first = exc.errors()[0] if exc.errors() else {}
-    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-    return f"invalid request: {where}: {first.get('msg', 'invalid')}"
+def validation_message(exc: RequestValidationError, *, at_most: int = 3) -> str:
+    """The invalid fields and what is wrong with each (a union's every branch), as one line."""
+    found = [
+        f"{'.'.join(str(p) for p in error.get('loc', ()) if p != 'body')}: {error.get('msg', 'invalid')}"
+        for error in exc.errors()[:at_most]
+    ]
+    return "invalid request: " + ("; ".join(found) or "invalid")
 
 
 def _logprob_entry(
