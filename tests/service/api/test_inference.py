@@ -5,6 +5,7 @@ embedded jobs ConflictError, unbounded requests BadRequestError, a full queue 50
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 
@@ -66,7 +67,8 @@ def test_the_openai_client_gets_completions_of_the_best_step_or_a_named_one_with
     [choice] = response.choices
     assert choice.message.role == "assistant" and isinstance(choice.message.content, str)
     assert len(choice.logprobs.content) == response.usage.completion_tokens - (choice.finish_reason == "stop") > 0
-    assert all(entry.token.startswith("token_id:") and len(entry.top_logprobs) == 2 for entry in choice.logprobs.content)
+    entries = choice.logprobs.content
+    assert all(entry.token.startswith("token_id:") and len(entry.top_logprobs) == 2 for entry in entries)
     assert response.usage.prompt_tokens == len(chat.render_prompt(load_tokenizer(adapter), MESSAGES, None))
 
     for model, served in [(f"{job_id}@3", 3), (f"{job_id}@0", 0), (f"{job_id}@latest", 3), (f"{job_id}@best", 2)]:
@@ -90,7 +92,8 @@ def test_the_same_seed_gives_the_same_text_and_greedy_text_is_base_plus_adapters
     api = client(live_server, key)
 
     def sample(**extra) -> list:
-        return api.chat.completions.create(model=job_id, messages=MESSAGES, max_tokens=12, logprobs=True, **extra).choices
+        reply = api.chat.completions.create(model=job_id, messages=MESSAGES, max_tokens=12, logprobs=True, **extra)
+        return reply.choices
 
     first, again, other = sample(seed=7, n=2), sample(seed=7, n=2), sample(seed=8, n=2)
     assert [c.message.content for c in first] == [c.message.content for c in again]
@@ -98,7 +101,8 @@ def test_the_same_seed_gives_the_same_text_and_greedy_text_is_base_plus_adapters
 
     [greedy] = sample(temperature=0)
     tokenizer = load_tokenizer(adapter)
-    request = SamplingRequest(prompt_ids=tuple(chat.render_prompt(tokenizer, MESSAGES, None)), temperature=0, max_tokens=12)
+    prompt = tuple(chat.render_prompt(tokenizer, MESSAGES, None))
+    request = SamplingRequest(prompt_ids=prompt, temperature=0, max_tokens=12)
     base = AutoModelForCausalLM.from_pretrained(str(tiny_lm)).eval()
     [[without]] = Generator(base, tokenizer, end_token_ids=chat.end_token_ids(tokenizer)).generate([request])
     tuned = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(tiny_lm)), str(adapter.folder)).eval()
@@ -107,6 +111,22 @@ def test_the_same_seed_gives_the_same_text_and_greedy_text_is_base_plus_adapters
     assert greedy.message.content == direct.text and token_ids(greedy) == direct.token_ids
     assert torch.allclose(served_logprobs, torch.tensor(direct.logprobs), atol=1e-4)
     assert not torch.allclose(served_logprobs[:1], torch.tensor(without.logprobs[:1]), atol=1e-3)  # the adapter counts
+
+
+def test_a_checkpoint_written_again_is_loaded_again(live_server, engine, settings, owned, adapter, tiny_lm, tmp_path):
+    owner, key = owned
+    job_id = ckpt.new_job(engine, owner_id=owner)
+    folder = ckpt.place(adapter, settings, job_id, 0)
+    api = client(live_server, key)
+
+    def greedy() -> list[float]:
+        reply = api.chat.completions.create(model=job_id, messages=MESSAGES, max_tokens=2, temperature=0, logprobs=True)
+        return [entry.logprob for entry in reply.choices[0].logprobs.content]
+
+    before = greedy()
+    shutil.rmtree(folder)  # as the backend rewrites step 0 after a warm start
+    ckpt.place(ckpt.make_adapter(tiny_lm, tmp_path / "other", seed=2), settings, job_id, 0)
+    assert greedy() != before
 
 
 def test_another_tenants_job_an_unknown_job_and_an_unknown_step_are_not_found(
@@ -171,7 +191,9 @@ def test_requests_past_their_bounds_are_bad_requests_in_openais_envelope(live_se
     assert raw.status_code == 400 and raw.json()["error"]["type"] == "invalid_request_error"
 
 
-def test_past_the_waiting_requests_the_queue_answers_503_with_retry_after(app, live_server, engine, settings, owned, adapter):
+def test_past_the_waiting_requests_the_queue_answers_503_with_retry_after(
+    app, live_server, engine, settings, owned, adapter
+):
     owner, key = owned
     job_id = trained_job(engine, settings, owner, adapter)
     app.state.inference.max_waiting = 0  # one request at a time, none waiting
