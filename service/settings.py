@@ -118,6 +118,10 @@ class Settings(BaseSettings):
         16, ge=1, le=10_000, description="Requests one credential may have in progress at once (429 beyond), so one "
         "tenant's flood leaves the rest of max_concurrent_requests to the others.",
     )
+    inference_max_tokens: int = Field(
+        512, ge=1, le=32_768, description="Largest max_tokens of POST /v1/chat/completions on a trained checkpoint, "
+        "and what a request that names none gets (400 beyond).",
+    )
     max_event_streams: int = Field(256, ge=1, le=100_000, description="Live event streams the API serves at once (503 beyond).")
     max_event_streams_per_tenant: int = Field(
         32, ge=1, le=100_000, description="Live event streams one caller may hold open at once (429 beyond)."

@@ -8,7 +8,8 @@ writes; otherwise separate ``artsvc worker`` processes do.
 Connections and threads are sized together: the pool holds ``db_pool_size + db_max_overflow``
 connections and sync routes and dependencies run on as many threads (anyio's default limiter, set
 at startup), so a request thread normally finds a connection; ``/healthz`` has a connection of its
-own, so a busy pool never makes the server look dead. Requests past
+own, so a busy pool never makes the server look dead. Chat completions on trained checkpoints run on one
+inference thread of their own (service/inference.py), never on the request threads. Requests past
 ``max_concurrent_requests`` get 503 at once (service/api/overload.py), live event streams have
 caps of their own (service/api/routes/events.py).
 """
@@ -25,7 +26,10 @@ from sqlalchemy.engine import Engine
 
 from service import __version__
 from service.api import errors, limits, metrics, overload
-from service.api.routes import alerts, checkpoints, curves, environments, evaluations, events, health, jobs, ui
+from service.api.routes import (
+    alerts, checkpoints, curves, environments, evaluations, events, health, inference, jobs, ui,
+)  # fmt: skip
+from service.inference import InferenceEngine
 from service.settings import Settings, get_settings
 from service.store import db as store_db
 
@@ -47,6 +51,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.db_pool_size + settings.db_max_overflow
         if not run_worker:
             yield
+            app.state.inference.close()
             health_engine.dispose()
             return
         from service.worker import Worker  # imports torch and ART: only when this process trains
@@ -59,6 +64,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
             yield
         finally:
             stop.set()
+            app.state.inference.close()
             await task
             worker_engine.dispose()
             health_engine.dispose()
@@ -72,6 +78,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     app.state.settings = settings
     app.state.engine = engine
     app.state.health_engine = health_engine
+    app.state.inference = InferenceEngine()
     app.state.stream_slots = events.StreamSlots(
         max_streams=settings.max_event_streams, max_per_caller=settings.max_event_streams_per_tenant
     )
@@ -83,7 +90,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         max_requests=settings.max_concurrent_requests,
         max_per_caller=settings.max_concurrent_requests_per_caller,
     )
-    for module in (jobs, checkpoints, evaluations, events, alerts, curves, environments, health, ui):
+    for module in (jobs, checkpoints, inference, evaluations, events, alerts, curves, environments, health, ui):
         app.include_router(module.router)
     return app
 

@@ -1,4 +1,5 @@
-"""API schemas: what the HTTP API returns, named per resource (``JobPublic`` for the ``Job`` table).
+"""API schemas: what the HTTP API returns, named per resource (``JobPublic`` for the ``Job`` table), and the
+chat completion request of a trained checkpoint with its bounds (``ChatCompletionCreate``).
 
 They are read from the SQL rows (``from_attributes``) and list exactly the fields clients are
 promised (DESIGN.md); internal columns (owner, lease, request hash) never leave the service.
@@ -7,11 +8,18 @@ promised (DESIGN.md); internal columns (owner, lease, request hash) never leave 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.backends.openai_server import ChatCompletionRequest
 from service.store.tables import JobStatus, StopReason
+
+MAX_COMPLETIONS = 8  # n
+MAX_MESSAGES = 256
+MAX_TOOLS = 32
+MAX_STOP = 4  # stop strings, as OpenAI allows
+MAX_STOP_CHARS = 256
 
 
 class PublicModel(BaseModel):
@@ -224,3 +232,34 @@ class ComparisonPublic(BaseModel):
     min_delta: float
     confidence: float
     resamples: int
+
+
+StopText = Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]
+
+
+class ChatCompletionCreate(ChatCompletionRequest):
+    """An OpenAI chat completion request on a trained checkpoint, every value bounded (the policy servers' request
+    model; max_tokens is bounded by ARTSVC_INFERENCE_MAX_TOKENS in the route, the body by ARTSVC_MAX_BODY_BYTES).
+    Other OpenAI parameters are accepted and ignored, except ``stream``, which is refused."""
+
+    model: str = Field(
+        min_length=1, max_length=128, description="`JOB_ID` (the job's best validation step, else its latest "
+        "checkpoint), or `JOB_ID@STEP` with STEP a number, `best` or `latest`.",
+    )  # fmt: skip
+    messages: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_MESSAGES)
+    n: int = Field(1, ge=1, le=MAX_COMPLETIONS)
+    stop: StopText | Annotated[list[StopText], Field(max_length=MAX_STOP)] | None = None
+    seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1)
+    tools: list[dict[str, Any]] | None = Field(None, max_length=MAX_TOOLS)
+
+
+class OpenAIError(BaseModel):
+    message: str = Field(description="What is wrong, in one sentence.")
+    type: str = Field(description="`invalid_request_error`, or `server_error` for a 5xx.")
+    code: str | None = Field(description="A machine-readable reason, e.g. `model_not_found`.")
+
+
+class OpenAIErrorBody(BaseModel):
+    """OpenAI's error envelope, which OpenAI clients read."""
+
+    error: OpenAIError

@@ -9,6 +9,10 @@ prompt tokens, how a token is named in ``logprobs``, how tool calls are written)
 Each choice also carries ``context_tokens``: how many prompt tokens the policy was conditioned on
 after left truncation. The trainer rebuilds exactly that context, so the logprobs it optimises
 are the ones the server sampled with.
+
+The policy server (:func:`build_app`) and the service's own ``POST /v1/chat/completions`` on trained checkpoints
+(service/api/routes/inference.py) share the request model, :func:`sampling_request` and :func:`completion`, which
+builds the response body, and :func:`error_response` for OpenAI's error envelope.
 """
 
 from __future__ import annotations
@@ -46,9 +50,9 @@ class ChatCompletionRequest(BaseModel):
 class ServingError(Exception):
     """An error answered to the client with an HTTP status and OpenAI's error envelope."""
 
-    def __init__(self, status: int, message: str, code: str) -> None:
+    def __init__(self, status: int, message: str, code: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
-        self.status, self.message, self.code = status, message, code
+        self.status, self.message, self.code, self.headers = status, message, code, headers
 
 
 class Sample(Protocol):
@@ -84,8 +88,21 @@ class ChatFormat(Protocol):
 Generate = Callable[[str, Any], Awaitable[tuple[str, list[Sample]]]]
 
 
-def _error(status: int, message: str, code: str) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": {"message": message, "type": "invalid_request_error", "code": code}})
+def error_response(status: int, message: str, code: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """OpenAI's error envelope, ``{"error": {"message", "type", "code"}}``: OpenAI clients raise the exception of
+    the status (404: NotFoundError) with ``message``."""
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    body = {"error": {"message": message, "type": kind, "code": code}}
+    return JSONResponse(status_code=status, content=body, headers=headers)
+
+
+def validation_message(exc: RequestValidationError, *, at_most: int = 3) -> str:
+    """The invalid fields and what is wrong with each (a union's every branch), as one line."""
+    found = [
+        f"{'.'.join(str(p) for p in error.get('loc', ()) if p != 'body')}: {error.get('msg', 'invalid')}"
+        for error in exc.errors()[:at_most]
+    ]
+    return "invalid request: " + ("; ".join(found) or "invalid")
 
 
 def _logprob_entry(
@@ -120,19 +137,55 @@ def _choice(fmt: ChatFormat, index: int, s: Sample, request: ChatCompletionReque
     }
 
 
+def sampling_request(
+    request: ChatCompletionRequest, fmt: ChatFormat, *, default_max_tokens: int = DEFAULT_MAX_TOKENS
+) -> Any:
+    """The backend's sampling request for ``request`` (its stop strings as a tuple, its token limit or the default);
+    ServingError where the format cannot render the messages."""
+    stop = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
+    max_tokens = request.max_completion_tokens or request.max_tokens or default_max_tokens
+    return fmt.sampling_request(request, max_tokens=max_tokens, stop=stop)
+
+
+def completion(
+    request: ChatCompletionRequest, fmt: ChatFormat, *, model: str, samples: list[Sample], prompt_tokens: int
+) -> dict[str, Any]:
+    """The ``chat.completion`` body: one choice per sample (tool calls parsed when the request has tools, logprobs
+    when asked), ``model`` as resolved, and the usage counts."""
+    completion_tokens = sum(len(s.token_ids) + (s.finish_reason == "stop") for s in samples)
+    completion_id = secrets.token_hex(12)
+    return {
+        "id": f"chatcmpl-{completion_id}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [_choice(fmt, i, s, request, completion_id) for i, s in enumerate(samples)],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+async def chat_completion(request: ChatCompletionRequest, generate: Generate, fmt: ChatFormat) -> dict[str, Any]:
+    """The response to ``request``: rendered by ``fmt``, sampled by ``generate``, built by :func:`completion`."""
+    sampling = sampling_request(request, fmt)
+    model, samples = await generate(request.model, sampling)
+    return completion(request, fmt, model=model, samples=samples, prompt_tokens=len(sampling.prompt_ids))
+
+
 def build_app(generate: Generate, api_key: str, fmt: ChatFormat) -> FastAPI:
     """The ASGI app; ``generate(model, sampling_request)`` returns the resolved model name and samples."""
     app = FastAPI(title="artsvc policy server", docs_url=None, redoc_url=None)
 
     @app.exception_handler(ServingError)
     async def _serving_error(_: Request, exc: ServingError) -> JSONResponse:
-        return _error(exc.status, exc.message, exc.code)
+        return error_response(exc.status, exc.message, exc.code, exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        return _error(400, f"invalid request: {where}: {first.get('msg', 'invalid')}", "invalid_request")
+        return error_response(400, validation_message(exc), "invalid_request")
 
     def check_key(authorization: Annotated[str | None, Header()] = None) -> None:
         if not authorization or not secrets.compare_digest(authorization, f"Bearer {api_key}"):
@@ -140,23 +193,6 @@ def build_app(generate: Generate, api_key: str, fmt: ChatFormat) -> FastAPI:
 
     @app.post("/v1/chat/completions", dependencies=[Depends(check_key)])
     async def chat_completions(request: ChatCompletionRequest) -> dict[str, Any]:
-        stop = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
-        max_tokens = request.max_completion_tokens or request.max_tokens or DEFAULT_MAX_TOKENS
-        sampling = fmt.sampling_request(request, max_tokens=max_tokens, stop=stop)
-        model_name, samples = await generate(request.model, sampling)
-        completion_tokens = sum(len(s.token_ids) + (s.finish_reason == "stop") for s in samples)
-        completion_id = secrets.token_hex(12)
-        return {
-            "id": f"chatcmpl-{completion_id}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model_name,
-            "choices": [_choice(fmt, i, s, request, completion_id) for i, s in enumerate(samples)],
-            "usage": {
-                "prompt_tokens": len(sampling.prompt_ids),
-                "completion_tokens": completion_tokens,
-                "total_tokens": len(sampling.prompt_ids) + completion_tokens,
-            },
-        }
+        return await chat_completion(request, generate, fmt)
 
     return app

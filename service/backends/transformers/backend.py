@@ -19,12 +19,12 @@ from art import dev
 from art.types import TrainResult, TrainSFTConfig
 
 from service.backends import layout
-from service.backends.openai_server import ChatCompletionRequest, ServingError
+from service.backends.openai_server import ServingError
 from service.backends.serving import LoopbackServing, parse_model_name
-from service.backends.transformers import chat
 from service.backends.transformers.engine import LoraSettings, PolicyEngine
 from service.backends.transformers.generation import Sample, SamplingRequest
 from service.backends.transformers.models import resolve_base_model
+from service.backends.transformers.template_chat import TemplateChat
 
 BATCH_WINDOW_S = 0.02  # how long the first request of a batch waits for the others of its step to arrive
 MAX_BATCH_ROWS = 64  # samples decoded at once; more wait for the next batch
@@ -36,33 +36,6 @@ class _Pending:
     key: tuple[str, int | None]
     request: SamplingRequest
     future: asyncio.Future[list[Sample]]
-
-
-class TemplateChat:
-    """The chat format of a real LM: its chat template, ``token_id:N`` logprob tokens, Hermes tool calls."""
-
-    def __init__(self, backend: TransformersBackend) -> None:
-        self._backend = backend
-
-    def sampling_request(self, request: ChatCompletionRequest, *, max_tokens: int, stop: tuple[str, ...]) -> SamplingRequest:
-        engine = self._backend._engine_for(request.model)
-        if request.tools and not chat.renders_tools(engine.tokenizer):
-            raise ServingError(400, "this model's chat template renders no tools", "tools_not_supported")
-        try:
-            prompt = chat.render_prompt(engine.tokenizer, request.messages, request.tools)
-        except Exception as exc:  # a message the template cannot render (a missing field, a wrong type)
-            raise ServingError(400, f"invalid messages: {type(exc).__name__}: {exc}"[:500], "invalid_request") from None
-        return SamplingRequest(
-            prompt_ids=tuple(prompt), n=request.n, temperature=request.temperature, top_p=request.top_p,
-            max_tokens=max_tokens, stop=stop, seed=request.seed, top_logprobs=request.top_logprobs or 0,
-        )  # fmt: skip
-
-    def token_text(self, model: str, token_id: int) -> tuple[str, bytes]:
-        """``token_id:N``, as vLLM's ``return_tokens_as_token_ids`` names tokens: ART reads the id back exactly."""
-        return f"token_id:{token_id}", self._backend._engine_for(model).tokenizer.decode([token_id]).encode()
-
-    def parse_tool_calls(self, text: str, *, call_id_prefix: str) -> chat.ParsedReply:
-        return chat.parse_tool_calls(text, call_id_prefix=call_id_prefix)
 
 
 class TransformersBackend(LoopbackServing):
@@ -92,7 +65,7 @@ class TransformersBackend(LoopbackServing):
     async def _prepare_backend_for_training(
         self, model: art.TrainableModel, config: dev.OpenAIServerConfig | None = None
     ) -> tuple[str, str]:
-        return await self._serve(self._generate, TemplateChat(self))
+        return await self._serve(self._generate, TemplateChat(lambda name: self._engine_for(name).tokenizer))
 
     def _model_inference_name(self, model: art.Model, step: int | None = None) -> str:
         engine = self._engines.get(model.name)

@@ -53,6 +53,13 @@ def add_tool_support(tokenizer: Any) -> None:
     tokenizer.chat_template = "{%- if tools %}" + _HERMES_CHATML + "{%- else %}" + template + "{%- endif %}"
 
 
+def end_token_ids(tokenizer: Any) -> set[int]:
+    """The tokens that end a reply: the tokenizer's end of sequence and the end-of-turn markers of common templates."""
+    vocab = tokenizer.get_vocab()
+    found = {tokenizer.eos_token_id, *(vocab.get(token) for token in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>"))}
+    return {i for i in found if i is not None}
+
+
 def renders_tools(tokenizer: Any) -> bool:
     return isinstance(tokenizer.chat_template, str) and "tools" in tokenizer.chat_template
 

@@ -70,8 +70,7 @@ class PolicyEngine:
                 self.optimizer.load_state_dict(torch.load(state, map_location=self.device, weights_only=True))
         else:
             self.save_checkpoint()
-        end_ids = {self.tokenizer.eos_token_id, *_ids(self.tokenizer, "<|im_end|>", "<|eot_id|>", "<|endoftext|>")}
-        self.sampler = Generator(self.model, self.tokenizer, end_token_ids={i for i in end_ids if i is not None})
+        self.sampler = Generator(self.model, self.tokenizer, end_token_ids=chat.end_token_ids(self.tokenizer))
         self._loaded_steps: list[int] = []  # older adapters loaded beside "default", most recent last
 
     # -- checkpoints -------------------------------------------------------------------------
@@ -152,8 +151,3 @@ class PolicyEngine:
         """The warm start becomes step 0; its optimizer state does not carry into RL."""
         self.optimizer.state.clear()
         self.save_checkpoint()
-
-
-def _ids(tokenizer: object, *tokens: str) -> list[int | None]:
-    vocab = tokenizer.get_vocab()  # type: ignore[attr-defined]
-    return [vocab.get(token) for token in tokens]

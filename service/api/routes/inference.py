@@ -1,0 +1,126 @@
+"""``POST /v1/chat/completions``: OpenAI chat completions from a trained checkpoint of one of the caller's jobs, so
+the official ``openai`` client talks to what was trained (service/inference.py runs the model).
+
+``model`` is ``JOB_ID`` (the job's best validation step if it has one, else its latest checkpoint) or ``JOB_ID@STEP``
+(a number, ``best`` or ``latest``); the response's ``model`` names the job and the step served. Every refusal is in
+OpenAI's error envelope, so OpenAI clients raise their usual exceptions: another tenant's job, an unknown one or a
+step without a checkpoint 404 (another tenant's exactly as an unknown one), an embedded-backend job or a checkpoint
+that is no PEFT adapter 409, an invalid or unbounded request 400, a full inference queue 503 with ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+from starlette.exceptions import HTTPException
+
+from service import checkpoints
+from service.api.deps import CallerDep, EngineDep, SettingsDep, visible_job
+from service.api.errors import ErrorBody
+from service.api.routes.jobs import MAX_STEP
+from service.api.schemas import ChatCompletionCreate, OpenAIErrorBody
+from service.auth import Principal
+from service.backends.openai_server import ServingError, error_response, validation_message
+from service.inference import InferenceEngine
+from service.settings import Settings
+from service.store import runs
+
+CODES = {400: "invalid_request", 401: "invalid_api_key", 403: "permission_denied", 404: "model_not_found",
+         409: "model_not_servable", 415: "invalid_request", 422: "invalid_request"}  # fmt: skip
+RESPONSES: dict[int | str, dict[str, Any]] = {
+    "4XX": {"model": OpenAIErrorBody, "description": "Refused, in OpenAI's error envelope: 400 an invalid request, 401 "
+            "no or a wrong token, 404 no such job of yours or no checkpoint at that step, 409 a checkpoint that is no "
+            "PEFT adapter (an embedded-backend job)."},
+    413: {"model": ErrorBody, "description": "The body is larger than ARTSVC_MAX_BODY_BYTES."},
+    429: {"model": ErrorBody, "description": "Too many requests of this credential in progress."},
+    503: {"model": OpenAIErrorBody, "description": "The inference queue is full; retry after `Retry-After` seconds."},
+}  # fmt: skip
+
+
+class OpenAIRoute(APIRoute):
+    """A route whose refusals (its dependencies' too: authentication, validation) use OpenAI's error envelope."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def answer(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except ServingError as exc:
+                return error_response(exc.status, exc.message, exc.code, exc.headers)
+            except RequestValidationError as exc:
+                return error_response(400, validation_message(exc), "invalid_request")
+            except HTTPException as exc:
+                code = CODES.get(exc.status_code, "error")
+                return error_response(exc.status_code, str(exc.detail), code, exc.headers)
+
+        return answer
+
+
+router = APIRouter(prefix="/v1", tags=["inference"], route_class=OpenAIRoute)
+
+
+@router.post("/chat/completions", responses=RESPONSES)
+async def chat_completions(
+    body: ChatCompletionCreate, request: Request, caller: CallerDep, settings: SettingsDep, store: EngineDep
+) -> dict[str, Any]:
+    """An OpenAI `chat.completion` from a checkpoint of one of your jobs (transformers backend): `n`, `temperature`,
+    `top_p`, `max_tokens`, `stop`, `seed`, `logprobs` (tokens named `token_id:N`), `top_logprobs` and `tools`
+    (Hermes tool calls returned as `tool_calls`). Without `max_tokens`, up to ARTSVC_INFERENCE_MAX_TOKENS."""
+    limit = settings.inference_max_tokens
+    for name in ("max_tokens", "max_completion_tokens"):
+        if (value := getattr(body, name)) is not None and value > limit:
+            raise ServingError(400, f"invalid request: {name}: at most {limit} (ARTSVC_INFERENCE_MAX_TOKENS)",
+                               "invalid_request")  # fmt: skip
+    if (body.model_extra or {}).get("stream"):
+        raise ServingError(400, "invalid request: stream: streaming is not supported", "invalid_request")
+    job_id, checkpoint = await run_in_threadpool(
+        find_checkpoint, store, caller=caller, settings=settings, model=body.model
+    )
+    inference: InferenceEngine = request.app.state.inference
+    served = f"{job_id}@{checkpoint.step}"
+    return await inference.complete(checkpoint.path, body, model=served, default_max_tokens=limit)
+
+
+def find_checkpoint(
+    store: Engine, *, caller: Principal, settings: Settings, model: str
+) -> tuple[str, checkpoints.Checkpoint]:
+    """The job id and the checkpoint ``model`` names, if the caller may see the job; ServingError (404, 409) if not.
+
+    The database session is its own and closed before the model runs: a request waiting for the model holds no
+    connection."""
+    job_id, at, step_text = model.partition("@")
+    step: int | str | None = None
+    if at:
+        if step_text not in ("best", "latest") and not (step_text.isdigit() and len(step_text) <= 10):
+            message = f"model {model!r} does not exist: a step is a number, best or latest"
+            raise ServingError(404, message, "model_not_found")
+        step = step_text if not step_text.isdigit() else int(step_text)
+    with Session(store) as session:
+        job = visible_job(session, caller=caller, job_id=job_id)
+        points = runs.validation_points(session, job_id=job.id) if step in (None, "best") else []
+    if (backend := checkpoints.job_backend(job)) == "embedded":
+        raise ServingError(
+            409, f"job {job.id} trained on the embedded backend: its checkpoints are artsvc's own character model, "
+            "not PEFT adapters; only transformers-backend jobs are served here", "model_not_servable",
+        )  # fmt: skip
+    best = checkpoints.best_step(job, points)
+    wanted = step if step is not None else ("best" if best is not None else "latest")
+    if isinstance(wanted, int) and wanted > MAX_STEP:
+        raise ServingError(404, f"model {model!r}: job {job.id} has no checkpoint at step {wanted}", "model_not_found")
+    found = checkpoints.find(checkpoints.model_dir(job, settings.data_dir))
+    try:
+        checkpoint = checkpoints.pick(found, wanted, best=best)
+    except checkpoints.NoCheckpoint as exc:
+        raise ServingError(404, f"model {model!r}: job {job.id} {exc}", "model_not_found") from None
+    if not checkpoint.exportable:
+        message = f"model {model!r}: job {job.id} ({backend} backend): step {checkpoint.step} is not a PEFT adapter"
+        raise ServingError(409, message, "model_not_servable")
+    return job.id, checkpoint

@@ -1,0 +1,75 @@
+"""A trained checkpoint that answers chat completions: its PEFT adapter applied to the base model it was trained
+from, sampled as the training backend's policy server samples it (the chat template with Hermes tools, ``token_id:N``
+logprobs, the same :class:`Generator`).
+
+The base is the directory ``adapter_config.json`` names (``base_model_name_or_path``, which the backend writes as an
+absolute path); only safetensors weights are read, of the base and of the adapter, and no model code runs
+(``trust_remote_code`` stays off). The tokenizer is the one saved with the checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from service.backends import openai_server
+from service.backends.openai_server import ChatCompletionRequest
+from service.backends.transformers import chat
+from service.backends.transformers.generation import Generator
+from service.backends.transformers.models import load_tokenizer
+from service.backends.transformers.template_chat import TemplateChat
+
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+
+class NotServable(ValueError):
+    """The checkpoint cannot be served here: no safetensors adapter, or its base model is not on this machine."""
+
+
+def base_model_dir(folder: Path) -> Path:
+    """The base model directory the adapter in ``folder`` names; NotServable if it names none that is here."""
+    try:
+        config = json.loads((folder / "adapter_config.json").read_text())
+    except (OSError, ValueError):
+        raise NotServable("its adapter_config.json cannot be read") from None
+    name = config.get("base_model_name_or_path") if isinstance(config, dict) else None
+    base = Path(name) if isinstance(name, str) and name else None
+    if base is None or not base.is_absolute() or not (base / "config.json").is_file():
+        raise NotServable("the base model its adapter names is not a model directory on this server")
+    return base
+
+
+class CheckpointModel:
+    """``folder``'s adapter on its base model, in eval mode, on CUDA when present, else the CPU."""
+
+    def __init__(self, folder: Path) -> None:
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM
+
+        if not (folder / ADAPTER_WEIGHTS).is_file():
+            raise NotServable(f"it has no {ADAPTER_WEIGHTS}")
+        base_dir = base_model_dir(folder)
+        device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # as the training engine loads it
+        self.tokenizer = load_tokenizer(folder if (folder / "tokenizer_config.json").is_file() else base_dir)
+        chat.add_tool_support(self.tokenizer)
+        base = AutoModelForCausalLM.from_pretrained(
+            str(base_dir), dtype=dtype, use_safetensors=True, trust_remote_code=False
+        ).to(device)
+        self.model = PeftModel.from_pretrained(base, str(folder)).eval()
+        self.generator = Generator(self.model, self.tokenizer, end_token_ids=chat.end_token_ids(self.tokenizer))
+        positions = getattr(base.config, "max_position_embeddings", None)
+        positions = positions if isinstance(positions, int) else None
+        self.format = TemplateChat(lambda _: self.tokenizer, max_context=positions)
+
+    def complete(self, request: ChatCompletionRequest, *, model: str, default_max_tokens: int) -> dict[str, Any]:
+        """The ``chat.completion`` body for ``request``, answered as ``model``; ServingError for messages the
+        template cannot render or a prompt past the model's context."""
+        sampling = openai_server.sampling_request(request, self.format, default_max_tokens=default_max_tokens)
+        [samples] = self.generator.generate([sampling])
+        return openai_server.completion(
+            request, self.format, model=model, samples=samples, prompt_tokens=len(sampling.prompt_ids)
+        )

@@ -1,0 +1,49 @@
+"""``TemplateChat``: the :class:`~service.backends.openai_server.ChatFormat` of a real LM, shared by the training
+backend's policy server and the service's inference on trained checkpoints: prompts rendered by the model's chat
+template, logprob tokens named ``token_id:N``, Hermes tool calls."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from service.backends.openai_server import ChatCompletionRequest, ServingError
+from service.backends.transformers import chat
+from service.backends.transformers.generation import SamplingRequest
+
+
+class TemplateChat:
+    """Reads requests for the tokenizer ``tokenizer_for(model)`` returns (ServingError for an unknown model).
+
+    With ``max_context``, a prompt whose tokens plus ``max_tokens`` pass it is refused (400) instead of sampled past
+    the model's positions."""
+
+    def __init__(self, tokenizer_for: Callable[[str], Any], *, max_context: int | None = None) -> None:
+        self._tokenizer_for, self._max_context = tokenizer_for, max_context
+
+    def sampling_request(
+        self, request: ChatCompletionRequest, *, max_tokens: int, stop: tuple[str, ...]
+    ) -> SamplingRequest:
+        tokenizer = self._tokenizer_for(request.model)
+        if request.tools and not chat.renders_tools(tokenizer):
+            raise ServingError(400, "this model's chat template renders no tools", "tools_not_supported")
+        try:
+            prompt = chat.render_prompt(tokenizer, request.messages, request.tools)
+        except Exception as exc:  # a message the template cannot render (a missing field, a wrong type)
+            raise ServingError(400, f"invalid messages: {type(exc).__name__}: {exc}"[:500], "invalid_request") from None
+        if self._max_context is not None and len(prompt) + max_tokens > self._max_context:
+            raise ServingError(
+                400, f"the prompt is {len(prompt)} tokens and max_tokens {max_tokens}: more than this model's context "
+                f"of {self._max_context} tokens", "context_length_exceeded",
+            )  # fmt: skip
+        return SamplingRequest(
+            prompt_ids=tuple(prompt), n=request.n, temperature=request.temperature, top_p=request.top_p,
+            max_tokens=max_tokens, stop=stop, seed=request.seed, top_logprobs=request.top_logprobs or 0,
+        )  # fmt: skip
+
+    def token_text(self, model: str, token_id: int) -> tuple[str, bytes]:
+        """``token_id:N``, as vLLM's ``return_tokens_as_token_ids`` names tokens: ART reads the id back exactly."""
+        return f"token_id:{token_id}", self._tokenizer_for(model).decode([token_id]).encode()
+
+    def parse_tool_calls(self, text: str, *, call_id_prefix: str) -> chat.ParsedReply:
+        return chat.parse_tool_calls(text, call_id_prefix=call_id_prefix)
