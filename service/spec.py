@@ -159,9 +159,9 @@ class TrainingSpec(_Section):
     groups_per_step: int = Field(8, gt=0, le=1024, description="Scenarios per training step.")
     group_size: int = Field(8, ge=2, le=256, description="Rollouts per scenario; GRPO needs at least 2.")
     learning_rate: float = Field(
-        1e-4, gt=0, lt=1, description="RL learning rate (Adam); 1e-4 suits the embedded policy, GPU LoRA runs often want less."
+        1e-4, gt=0, lt=1, description="RL learning rate (Adam); 1e-4 suits a LoRA on a ~100M LM and the embedded policy; 7B GPU LoRA runs want less."
     )
-    max_steps: int = Field(100, gt=0, le=100_000)
+    max_steps: int = Field(24, gt=0, le=100_000, description="Training steps at most (the default fits the main job on 2 CPU cores).")
     kl_penalty_coef: float = Field(0.0, ge=0, le=100, description="Weight of the KL penalty to the reference policy.")
     temperature: float = Field(1.0, gt=0, le=2, description="Sampling temperature of training rollouts.")
     warm_start_examples: int | None = Field(
@@ -174,14 +174,14 @@ class TrainingSpec(_Section):
 
 
 class ValidationSpec(_Section):
-    every_n_steps: int = Field(5, gt=0, le=10_000, description="Validate after every this many training steps.")
+    every_n_steps: int = Field(4, gt=0, le=10_000, description="Validate after every this many training steps.")
     patience: int = Field(
-        4, gt=0, le=1_000, description="Stop after this many evaluations without a gain of min_delta."
+        3, gt=0, le=1_000, description="Stop after this many evaluations without a gain of min_delta."
     )
     min_delta: float = Field(0.01, ge=0, le=1)
     target_accuracy: float | None = Field(None, gt=0, le=1)
     max_examples: int = Field(
-        200, gt=0, le=100_000, description="Validation examples per evaluation (the first N of the split)."
+        100, gt=0, le=100_000, description="Validation examples per evaluation (the first N of the split)."
     )
     temperature: float = Field(1.0, ge=0, le=2, description="Sampling temperature of validation (0 = greedy).")
     baseline_model: str | None = Field(
