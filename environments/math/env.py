@@ -23,9 +23,9 @@ SYSTEM_PROMPT = (
 FEW_SHOT = {
     "carry_free": (("What is 23 + 14?", "Final: 37"), ("How many cards in all? Mia has 52, Raj has 6.", "Final: 58")),
     "carries": (("What is 47 + 38?", "Final: 85"), ("How many coins in all? Ben has 65, Ana has 57.", "Final: 122")),
-    "subtraction": (("What is 52 - 17?", "Final: 35"), ("Compute 18 - 63.", "Final: -45")),
+    "subtraction": (("What is 53 - 17?", "Final: 36"), ("Compute 18 - 63.", "Final: -45")),
     "multiplication": (
-        ("What is 14 * 6?", "Final: 84"),
+        ("What is 15 * 6?", "Final: 90"),
         ("Kim has 9 bags of 12 shells. How many shells in all?", "Final: 108"),
     ),
     "word_problems": (

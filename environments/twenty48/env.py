@@ -22,11 +22,10 @@ TARGET_TILES = tuple(2**k for k in range(3, 12))  # 8 .. 2048
 MAX_TURNS_LIMIT = 2 * TARGET_TILES[-1]  # the default at the largest target: every turn is a model call
 
 SYSTEM_PROMPT = (
-    "You play 2048 on a 4x4 board, shown as 4 lines of 4 cells. A cell is . if empty, else its tile's power "
-    "of two in one character: 1 is 2, 2 is 4, 3 is 8 ... 9 is 512, a is 1024, b is 2048. A move slides every "
-    "tile as far as it goes that way; two equal tiles that meet merge into the next power. A new tile appears "
-    "after each move. Win by making a {target} tile ({target_cell}). Reply with only your move: "
-    "<move>left</move>, <move>right</move>, <move>up</move> or <move>down</move>. Any other reply ends the game."
+    "You play 2048 on a 4x4 board. A cell is . if empty, else its tile's power of two in one character: "
+    "1=2, 2=4, 3=8 ... 9=512, a=1024, b=2048. A move slides all tiles one way; two equal tiles that meet merge, "
+    "and a new tile appears. Win by making a {target} tile ({target_cell}). Reply with only <move>DIRECTION</move>, "
+    "DIRECTION being left, right, up or down; any other reply ends the game."
 )
 # One example turn: two 2s in the first column merge on the way down (the teacher's own move there).
 EXAMPLE_BOARD: Board = [[0, 0, 0, 0], [0, 0, 0, 0], [2, 0, 0, 0], [2, 4, 0, 0]]
