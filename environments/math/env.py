@@ -8,7 +8,7 @@ import art
 
 from environments.base import BaseEnvironment, Sampling
 from environments.math.demonstrations import demonstrations
-from environments.math.scenarios import DEFAULT_LEVEL, LEVELS, level_named
+from environments.math.scenarios import DEFAULT_LEVEL, SCENARIO_DIR, level_named
 from environments.math.scorer import SCORER_NAME, SCORER_VERSION, score
 from environments.prompts import few_shot, system
 
@@ -54,12 +54,13 @@ class MathEnvironment(BaseEnvironment):
     version = "1.1.0"
     scorer_name = SCORER_NAME
     scorer_version = SCORER_VERSION
+    scenario_dir = SCENARIO_DIR  # every level's splits are in its folder under this one
     warm_start_examples = 51_200
     tools = ()
 
     def __init__(self, *, level: str = DEFAULT_LEVEL) -> None:
         self.level = level_named(level).name
-        self.scenario_dir = LEVELS[self.level].directory
+        self.scenario_dir = type(self).scenario_dir / level_named(level).folder
 
     def opening(self, scenario: dict[str, Any]) -> list[dict[str, str]]:
         return messages_for(scenario, self.level)

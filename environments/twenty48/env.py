@@ -39,8 +39,9 @@ class Twenty48Environment(BaseEnvironment):
     example turn; then each turn's user message is the board alone (see
     :mod:`environments.twenty48.render`). The embedded character policy skips the system prompt
     and the example (its tokenizer drops them) and learns the reply format from the warm-start
-    demonstrations. The game enforces it: an unparseable reply ends the game with a penalty. A move that changes nothing is legal, as in the real game, but wastes the turn
-    (no tile spawns) and costs a little reward. The game is won when a tile reaches
+    demonstrations. The game enforces it: an unparseable reply ends the game with a penalty. A
+    move that changes nothing is legal, as in the real game, but wastes the turn (no tile spawns)
+    and costs a little reward. The game is won when a tile reaches
     ``target_tile`` and lost when no move is left or after ``max_turns`` replies.
     """
 

@@ -13,7 +13,8 @@ from service import manifests
 from service.backends.transformers import models as transformers_models
 from service.spec import DEFAULT_BASE_MODEL
 
-OPTIONAL = ("warm_start_examples", "tools", "embedded_base_model", "recommended_base_model", "opening", "demonstrations")
+OPTIONAL = ("warm_start_examples", "tools", "embedded_base_model", "recommended_base_model", "opening",
+            "demonstrations")  # fmt: skip
 
 
 class Minimal(BaseEnvironment):
@@ -62,9 +63,8 @@ class EntryPoint:
 
 
 def test_the_protocol_declares_every_member_the_service_reads():
-    assert set(PROTOCOL_MEMBERS) == {
-        "name", "version", "scorer_name", "scorer_version", "scenarios", "fingerprints", "rollout", "is_correct", *OPTIONAL
-    }  # fmt: skip
+    required = ("name", "version", "scorer_name", "scorer_version", "scenarios", "fingerprints", "rollout", "is_correct")
+    assert set(PROTOCOL_MEMBERS) == {*required, *OPTIONAL}
 
 
 def test_base_environment_supplies_every_optional_member():
@@ -87,11 +87,12 @@ def test_the_built_ins_implement_the_whole_protocol(name):
 
 
 def test_load_refuses_a_class_whose_instances_lack_members_and_names_them(monkeypatch):
-    monkeypatch.setattr(environments_base, "available", lambda: {"half": EntryPoint(HalfDone), "ok": EntryPoint(Minimal)})
+    installed = {"half": EntryPoint(HalfDone), "ok": EntryPoint(Minimal)}
+    monkeypatch.setattr(environments_base, "available", lambda: installed)
     with pytest.raises(EnvironmentConfigError) as refused:
         environments.load("half")
     message = str(refused.value)
     assert "environment 'half'" in message and "does not implement the Environment protocol" in message
-    assert "missing warm_start_examples, tools, embedded_base_model, recommended_base_model, opening, demonstrations" in message
+    assert f"missing {', '.join(OPTIONAL)} (" in message
     assert "BaseEnvironment" in message
     assert isinstance(load("ok"), Minimal)
