@@ -12,7 +12,7 @@ from environments.math import MathEnvironment
 from environments.math.scenarios import LEVELS
 from environments.prompts import EXAMPLE_ASSISTANT, EXAMPLE_USER, is_example
 from environments.twenty48 import Twenty48Environment, format_move, parse_move, render
-from environments.twenty48.env import EXAMPLE_BOARD
+from environments.twenty48.env import EXAMPLES
 from environments.twenty48.player import choose_move
 
 ENVIRONMENTS = [
@@ -55,16 +55,17 @@ def test_math_states_the_strict_format_and_shows_two_worked_examples(env):
 
 
 @pytest.mark.parametrize("env", [e for e in ENVIRONMENTS if e.name == "2048"], ids=_id)
-def test_2048_states_notation_rules_goal_and_reply_and_shows_the_teachers_move(env):
+def test_2048_states_notation_rules_goal_and_reply_and_shows_the_teachers_moves(env):
     row, system, examples, task = _parts(env)
     text = system["content"]
-    assert "4x4" in text and ". if empty" in text and "1=2, 2=4" in text and "a=1024, b=2048" in text
+    assert "4x4" in text and ". is empty" in text and "1=2, 2=4" in text and "a=1024, b=2048" in text
     assert "merge" in text and "<move>DIRECTION</move>" in text and "left, right, up or down" in text
     assert f"a {env.target_tile} tile" in text
-    board, move = examples
-    assert board["content"] == render(EXAMPLE_BOARD)
-    assert move["content"] == format_move(choose_move(EXAMPLE_BOARD, random.Random(0), noise=0.0))
-    assert parse_move(move["content"]) is not None and len(task["content"]) == 31
+    assert len(examples) == 2 * len(EXAMPLES) == 4
+    for (board, move), (shown, reply) in zip(EXAMPLES, zip(examples[0::2], examples[1::2])):
+        assert shown["content"] == render(board)
+        assert reply["content"] == format_move(move) == format_move(choose_move(board, random.Random(0), noise=0.0))
+    assert {parse_move(m["content"]) for m in examples[1::2]} == {"down", "left"} and len(task["content"]) == 31
 
 
 def test_email_states_the_task_its_tools_and_when_to_answer():
