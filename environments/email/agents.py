@@ -61,7 +61,9 @@ def play(
     The conversation starts from ``opening`` (the environment's; by default the question alone).
     """
     episode = Episode(scenario, max_turns, index=index)
-    messages = list(opening) if opening is not None else [{"role": "user", "content": str(scenario.get("question", ""))}]
+    if opening is None:
+        opening = [{"role": "user", "content": str(scenario.get("question", ""))}]
+    messages = list(opening)
     run = agent(scenario, random.Random(seed))
     replies: list[str] | None = None
     numbered = 0

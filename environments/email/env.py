@@ -94,9 +94,8 @@ class EmailEnvironment(BaseEnvironment):
         demos = []
         for _ in range(count):
             scenario = rng.choice(train)
-            played = play(
-                scenario, demonstrator, max_turns=self.max_turns, seed=rng.randrange(2**32), opening=self.opening(scenario)
-            )
+            seed = rng.randrange(2**32)
+            played = play(scenario, demonstrator, max_turns=self.max_turns, seed=seed, opening=self.opening(scenario))
             demos.append(
                 art.Trajectory(
                     messages_and_choices=played.messages,

@@ -8,7 +8,7 @@ import art
 
 from environments.base import BaseEnvironment, Sampling
 from environments.math.demonstrations import demonstrations
-from environments.math.scenarios import DEFAULT_LEVEL, LEVELS, level_named
+from environments.math.scenarios import DEFAULT_LEVEL, SCENARIO_DIR, level_named
 from environments.math.scorer import SCORER_NAME, SCORER_VERSION, score
 from environments.prompts import few_shot, system
 
@@ -23,9 +23,9 @@ SYSTEM_PROMPT = (
 FEW_SHOT = {
     "carry_free": (("What is 23 + 14?", "Final: 37"), ("How many cards in all? Mia has 52, Raj has 6.", "Final: 58")),
     "carries": (("What is 47 + 38?", "Final: 85"), ("How many coins in all? Ben has 65, Ana has 57.", "Final: 122")),
-    "subtraction": (("What is 52 - 17?", "Final: 35"), ("Compute 18 - 63.", "Final: -45")),
+    "subtraction": (("What is 53 - 17?", "Final: 36"), ("Compute 18 - 63.", "Final: -45")),
     "multiplication": (
-        ("What is 14 * 6?", "Final: 84"),
+        ("What is 15 * 6?", "Final: 90"),
         ("Kim has 9 bags of 12 shells. How many shells in all?", "Final: 108"),
     ),
     "word_problems": (
@@ -54,12 +54,13 @@ class MathEnvironment(BaseEnvironment):
     version = "1.1.0"
     scorer_name = SCORER_NAME
     scorer_version = SCORER_VERSION
+    scenario_dir = SCENARIO_DIR  # every level's splits are in its folder under this one
     warm_start_examples = 51_200
     tools = ()
 
     def __init__(self, *, level: str = DEFAULT_LEVEL) -> None:
         self.level = level_named(level).name
-        self.scenario_dir = LEVELS[self.level].directory
+        self.scenario_dir = type(self).scenario_dir / level_named(level).folder
 
     def opening(self, scenario: dict[str, Any]) -> list[dict[str, str]]:
         return messages_for(scenario, self.level)

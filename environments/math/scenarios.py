@@ -37,19 +37,23 @@ class Level:
     problem: Callable[[random.Random], problems.Problem]
     seed: int
     sizes: dict[str, int]
-    directory: Path
+    folder: str  # where its splits are, under scenarios/math/ ("" for the default level's)
     id_prefix: str  # row ids are f"{id_prefix}-{split}-{index:05d}"
+
+    @property
+    def directory(self) -> Path:
+        return SCENARIO_DIR / self.folder
 
 
 def _level(name: str, what: str, problem: Callable, seed: int) -> Level:
-    return Level(name, what, problem, seed, LEVEL_SPLIT_SIZES, SCENARIO_DIR / name, f"math-{name}")
+    return Level(name, what, problem, seed, LEVEL_SPLIT_SIZES, name, f"math-{name}")
 
 
 DEFAULT_LEVEL = "carry_free"
 LEVELS = {
     level.name: level
     for level in (
-        Level(DEFAULT_LEVEL, "a + b, 0-99, no carry", problems.carry_free, GENERATOR_SEED, SPLIT_SIZES, SCENARIO_DIR, "math"),
+        Level(DEFAULT_LEVEL, "a + b, 0-99, no carry", problems.carry_free, GENERATOR_SEED, SPLIT_SIZES, "", "math"),
         _level("carries", "a + b, 0-99, at least one carry", problems.carries, GENERATOR_SEED + 1),
         _level("subtraction", "a - b, 0-99, answers may be negative", problems.subtraction, GENERATOR_SEED + 2),
         _level("multiplication", "a x b, 2-99 times 2-12", problems.multiplication, GENERATOR_SEED + 3),

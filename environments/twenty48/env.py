@@ -22,26 +22,29 @@ TARGET_TILES = tuple(2**k for k in range(3, 12))  # 8 .. 2048
 MAX_TURNS_LIMIT = 2 * TARGET_TILES[-1]  # the default at the largest target: every turn is a model call
 
 SYSTEM_PROMPT = (
-    "You play 2048 on a 4x4 board, shown as 4 lines of 4 cells. A cell is . if empty, else its tile's power "
-    "of two in one character: 1 is 2, 2 is 4, 3 is 8 ... 9 is 512, a is 1024, b is 2048. A move slides every "
-    "tile as far as it goes that way; two equal tiles that meet merge into the next power. A new tile appears "
-    "after each move. Win by making a {target} tile ({target_cell}). Reply with only your move: "
-    "<move>left</move>, <move>right</move>, <move>up</move> or <move>down</move>. Any other reply ends the game."
+    "You play 2048 on a 4x4 board: . is empty, else a tile's power of two (1=2, 2=4 ... a=1024, b=2048). "
+    "A move slides all tiles one way; equal tiles that meet merge, then a new tile appears. "
+    "Win by making a {target} tile ({target_cell}). "
+    "Reply with only <move>DIRECTION</move>, DIRECTION being left, right, up or down; any other reply ends the game."
 )
-# One example turn: two 2s in the first column merge on the way down (the teacher's own move there).
-EXAMPLE_BOARD: Board = [[0, 0, 0, 0], [0, 0, 0, 0], [2, 0, 0, 0], [2, 4, 0, 0]]
-EXAMPLE_MOVE = "down"
+# Two example turns, each the teacher's own move on its board: two 2s merge on the way down; two 4s merge leftwards.
+# With one, SmolLM2-135M-Instruct mostly copied the board back (1 greedy reply in 25 was a move); with two, all 25.
+EXAMPLES: tuple[tuple[Board, str], ...] = (
+    ([[0, 0, 0, 0], [0, 0, 0, 0], [2, 0, 0, 0], [2, 4, 0, 0]], "down"),
+    ([[0, 0, 0, 0], [0, 2, 0, 0], [0, 0, 0, 0], [0, 0, 4, 4]], "left"),
+)
 
 
 class Twenty48Environment(BaseEnvironment):
     """Reach ``target_tile`` on a 4x4 board, one ``<move>DIRECTION</move>`` reply per turn.
 
-    A game opens with a system prompt (the notation, the rules and the reply format) and one
-    example turn; then each turn's user message is the board alone (see
+    A game opens with a system prompt (the notation, the rules and the reply format) and two
+    example turns; then each turn's user message is the board alone (see
     :mod:`environments.twenty48.render`). The embedded character policy skips the system prompt
-    and the example (its tokenizer drops them) and learns the reply format from the warm-start
-    demonstrations. The game enforces it: an unparseable reply ends the game with a penalty. A move that changes nothing is legal, as in the real game, but wastes the turn
-    (no tile spawns) and costs a little reward. The game is won when a tile reaches
+    and the examples (its tokenizer drops them) and learns the reply format from the warm-start
+    demonstrations. The game enforces it: an unparseable reply ends the game with a penalty. A
+    move that changes nothing is legal, as in the real game, but wastes the turn (no tile spawns)
+    and costs a little reward. The game is won when a tile reaches
     ``target_tile`` and lost when no move is left or after ``max_turns`` replies.
     """
 
@@ -69,9 +72,9 @@ class Twenty48Environment(BaseEnvironment):
         self.warm_start_examples = round(self.WARM_START_MOVES / (0.75 * target_tile))
 
     def preamble(self) -> list[dict[str, str]]:
-        """What every game opens with, before its first board: the contract, then the example turn."""
+        """What every game opens with, before its first board: the contract, then the example turns."""
         prompt = SYSTEM_PROMPT.format(target=self.target_tile, target_cell=cell(self.target_tile))
-        return [system(prompt), *few_shot([(render(EXAMPLE_BOARD), format_move(EXAMPLE_MOVE))])]
+        return [system(prompt), *few_shot((render(board), format_move(move)) for board, move in EXAMPLES)]
 
     def opening(self, scenario: dict[str, Any]) -> list[dict[str, str]]:
         return [*self.preamble(), {"role": "user", "content": render(new_game(int(scenario["seed"])).board)}]

@@ -109,9 +109,10 @@ def warm_start_batch_size(demos: Sequence[art.Trajectory]) -> int:
     Few-shot example turns of the opening are not replies.
     """
     turns = sum(
-        isinstance(item, Choice) or (isinstance(item, dict) and item.get("role") == "assistant" and not is_example(item))
+        isinstance(item, Choice) or (isinstance(item, dict) and item.get("role") == "assistant")
         for demo in demos
         for item in demo.messages_and_choices
+        if not (isinstance(item, dict) and is_example(item))
     )
     return max(1, round(WARM_START_TURNS_PER_BATCH * len(demos) / max(1, turns)))
 

@@ -46,7 +46,8 @@ def test_demonstrations_are_sloppy_in_the_stated_proportions_and_deterministic()
     again = env.demonstrations(seed=1, count=50)
     assert [d.messages_and_choices for d in demos[:50]] == [d.messages_and_choices for d in again]
     rows = {r["prompt"]: r for r in env.scenarios("train")}
-    assert all(d.messages_and_choices[:-1] == env.opening(rows[d.messages_and_choices[-2]["content"]]) for d in demos[:50])
+    for demo in demos[:50]:  # each opens as a rollout of its question does
+        assert demo.messages_and_choices[:-1] == env.opening(rows[demo.messages_and_choices[-2]["content"]])
     outcomes = [score(rows[d.messages_and_choices[-2]["content"]], d.messages_and_choices[-1]["content"])["details"]["outcome"] for d in demos]
     correct = outcomes.count("correct") / len(outcomes)
     wrong = outcomes.count("wrong_answer") / len(outcomes)

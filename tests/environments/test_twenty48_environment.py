@@ -190,8 +190,9 @@ async def test_a_rollout_of_the_heuristic_is_the_same_game_as_its_demonstration(
     moves = iter(direction for _, direction in expected)
     model = ScriptedModel(lambda board: format_move(next(moves)))
     trajectory = await env.rollout(model, row, Sampling(temperature=1.0, seed=10))
-    assert trajectory.messages_and_choices[:3] == env.opening(row)[:3]  # system prompt, example board, example move
-    items = trajectory.messages_and_choices[3:]
+    preamble = env.opening(row)[:-1]  # system prompt, example boards and moves
+    assert trajectory.messages_and_choices[: len(preamble)] == preamble == env.preamble()
+    items = trajectory.messages_and_choices[len(preamble) :]
     assert [m["content"] for m in items[0::2]] == [render(board) for board, _ in expected]
     assert all(isinstance(c, Choice) for c in items[1::2]) and len(items) == 2 * len(expected)
     assert items[0] == env.opening(row)[-1]
@@ -220,7 +221,7 @@ async def test_rollouts_end_on_the_turn_limit_or_an_unparseable_move_and_a_move_
         return format_move(next((d for d in DIRECTIONS if not slide(board, d)[2]), "up"))
 
     stubborn = await Twenty48Environment(max_turns=12).rollout(ScriptedModel(wasteful), row, Sampling())
-    boards = [m["content"] for m in stubborn.messages_and_choices[3::2]]
+    boards = [m["content"] for m in stubborn.messages_and_choices[len(env.preamble()) :: 2]]
     assert stubborn.metadata["outcome"] == "turn_limit" and not stubborn.metrics["invalid_move"]
     assert stubborn.metrics["turns"] == 12 and stubborn.metrics["wasted_moves"] == 12 - stubborn.metrics["moves"] > 0
     repeated = sum(a == b for a, b in zip(boards, boards[1:]))
@@ -250,8 +251,8 @@ async def test_an_untrained_policy_loses_on_its_first_garbled_reply(tmp_path):
     finally:
         await backend.close()
     for trajectory in trajectories:
-        system, example_board, example_move, user, choice = trajectory.messages_and_choices
-        assert system["role"] == "system" and (example_board["name"], example_move["name"]) == ("example_user", "example_assistant")
+        system, *examples, user, choice = trajectory.messages_and_choices
+        assert system["role"] == "system" and [m["name"] for m in examples] == ["example_user", "example_assistant"] * 2
         assert user["role"] == "user" and len(user["content"]) == 31
         assert isinstance(choice, Choice) and choice.logprobs is not None
         assert trajectory.metadata["outcome"] == "invalid_move" and trajectory.metrics["moves"] == 0

@@ -163,3 +163,22 @@ def test_prompt_rendering_and_unknown_characters():
     ids = render_prompt([{"role": "user", "content": "2 + 2 = ×"}])
     assert ids[-1] == ASSISTANT and ids[-3] == UNK
     assert decode(encode_text("Final: 4")) == "Final: 4"
+
+
+def test_the_policy_skips_system_prompts_and_few_shot_turns_when_sampling_and_when_taught():
+    from environments.math import MathEnvironment
+
+    env = MathEnvironment(level="subtraction")
+    row = env.scenarios("val")[0]
+    question = [{"role": "user", "content": row["prompt"]}]
+    assert render_prompt(env.opening(row)) == render_prompt(question)
+    assert render_prompt([{"role": "developer", "content": "be brief"}, *question]) == render_prompt(question)
+    # a demonstration trains only its own reply, with the question alone as context, as a rollout samples it
+    (demo,) = env.demonstrations(seed=0, count=1)
+    (taught,) = windows(demo.messages_and_choices, train_on_messages=True)
+    (bare,) = windows([demo.messages_and_choices[-2], demo.messages_and_choices[-1]], train_on_messages=True)
+    assert (taught.ids, taught.trainable) == (bare.ids, bare.trainable)
+    assert trainable_text(taught) == demo.messages_and_choices[-1]["content"]
+    # a sampled turn after the examples is trained on the context the server rendered for it
+    (rl,) = windows([*env.opening(row), choice("Final: 3", context_tokens=len(render_prompt(env.opening(row))))])
+    assert rl.ids[: len(render_prompt(question))] == render_prompt(question)

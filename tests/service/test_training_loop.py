@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 from sqlmodel import Session, select
 
-from environments.math import OUTCOMES
+from environments.math import OUTCOMES, MathEnvironment
 from service.spec import JobSpec
 from service.store import db as store_db
 from service.store import runs
 from service.store.events import events_after
 from service.store.tables import JobStatus, SampledTrajectory, StopReason, TrainingStep
 from service.training.control import JobHooks, JobInterrupted
-from service.training.loop import run_job
+from service.training.loop import WARM_START_TURNS_PER_BATCH, run_job, warm_start_batch_size
 
 TINY_RUN = {
     "environment": "math",
@@ -149,7 +149,7 @@ async def test_events_and_sampled_rollouts_are_stored_with_their_steps(tmp_path)
     train = [r for r in rollouts if r.split == "train"]
     assert sorted({r.step for r in train}) == [1, 2, 3, 4] and len(train) == 4 * 3
     first = next(r for r in train if r.step == 1)
-    assert first.messages[0]["role"] == "user" and first.messages[-1]["role"] == "assistant"
+    assert first.messages[0]["role"] == "system" and first.messages[-1]["role"] == "assistant"  # the opening, a reply
     assert first.details["metadata"]["outcome"] in OUTCOMES and first.scenario_id
     assert {r.step for r in rollouts if r.split == "val"} == {0, 2, 4}
 
@@ -185,3 +185,8 @@ async def test_should_stop_interrupts_without_recording_and_the_job_resumes(tmp_
         assert job.status is JobStatus.running and job.finished_at is None and job.step == 1
     job = await run_job(job_id, db=engine, data_dir=tmp_path / "data")
     assert job.status is JobStatus.succeeded and [s[0] for s in _history(engine, job_id)[0]] == [1, 2, 3, 4]
+
+
+def test_the_openings_few_shot_turns_are_not_counted_as_demonstrated_replies():
+    demos = MathEnvironment().demonstrations(seed=0, count=640)  # each: two example replies, then its own
+    assert warm_start_batch_size(demos) == WARM_START_TURNS_PER_BATCH

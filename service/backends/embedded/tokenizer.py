@@ -2,19 +2,19 @@
 
 One token per printable ASCII character, plus a few special tokens that frame chat turns.
 A conversation renders as ``<role> content <eot>`` per message, and a generation prompt ends
-with ``<assistant>``.
-
-What the policy does not see: ``system`` (and ``developer``) messages and few-shot example turns
-(messages whose ``name`` is ``example_user`` or ``example_assistant``, see
-:mod:`environments.prompts`) are skipped, in prompts and in training windows alike. Environments
-write those for pretrained instruct models; the character policy learns the reply format from
-warm-start demonstrations that open the same way (so the same parts are dropped when it is taught
-and when it samples), and its short context has no room for instructions. An assistant turn's tool calls render after its content in the text
+with ``<assistant>``. An assistant turn's tool calls render after its content in the text
 convention of :mod:`toolcalls`; tool results are ``<tool>`` turns. Tool *definitions* are not
 rendered: a 192-character context has no room for JSON schemas, so the embedded policy learns
 its tools from demonstrations (a GPU model's chat template renders them as usual). Characters
 outside the vocabulary become ``<unk>`` on the prompt side; the policy can only *emit* ASCII
 characters and ``<eot>``.
+
+What the policy does not see (:func:`policy_sees`): ``system`` (and ``developer``) messages and
+few-shot example turns (messages whose ``name`` is ``example_user`` or ``example_assistant``, see
+:mod:`environments.prompts`) are skipped, in prompts and in training windows alike. Environments
+write those for pretrained instruct models. The character policy learns the reply format from
+warm-start demonstrations that open the same way, so the same parts are dropped when it is taught
+and when it samples, and its short context has no room for instructions.
 """
 
 from __future__ import annotations

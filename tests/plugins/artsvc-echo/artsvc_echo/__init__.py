@@ -12,9 +12,11 @@ import art
 
 from environments import BaseEnvironment, Sampling
 from environments.chat import complete
+from environments.prompts import few_shot, system
 
 SPLIT_SIZES = {"train": 2000, "val": 40, "test": 40}
 SCORER_VERSION = "1.0.0"
+SYSTEM_PROMPT = "Repeat the word at the end of the message exactly, and write nothing else."
 
 
 @cache
@@ -60,11 +62,13 @@ class EchoEnvironment(BaseEnvironment):
     def fingerprints(self) -> dict[str, str]:
         return {s: "sha256:" + hashlib.sha256(json.dumps(rows).encode()).hexdigest() for s, rows in _splits().items()}
 
-    def _prompt(self, scenario: dict) -> list[dict]:
-        return [{"role": "user", "content": self.prefix + scenario["word"]}]
+    def opening(self, scenario: dict) -> list[dict]:
+        """The contract, one example turn (for a pretrained LLM; the embedded policy skips both), the task."""
+        example = few_shot([(self.prefix + "blue", "blue")])  # four letters: never a scenario's word
+        return [system(SYSTEM_PROMPT), *example, {"role": "user", "content": self.prefix + scenario["word"]}]
 
     async def rollout(self, model: art.Model, scenario: dict, sampling: Sampling) -> art.Trajectory:
-        messages = self._prompt(scenario)
+        messages = self.opening(scenario)
         choice = await complete(model, messages, sampling, max_tokens=8)
         reward, outcome = score(scenario, choice.message.content)
         return art.Trajectory(
@@ -81,6 +85,6 @@ class EchoEnvironment(BaseEnvironment):
         rng = random.Random(seed)
         rows = [rng.choice(self.scenarios("train")) for _ in range(count)]
         return [
-            art.Trajectory(messages_and_choices=[*self._prompt(row), {"role": "assistant", "content": row["word"]}])
+            art.Trajectory(messages_and_choices=[*self.opening(row), {"role": "assistant", "content": row["word"]}])
             for row in rows
         ]
