@@ -190,3 +190,30 @@ async def test_should_stop_interrupts_without_recording_and_the_job_resumes(tmp_
 def test_the_openings_few_shot_turns_are_not_counted_as_demonstrated_replies():
     demos = MathEnvironment().demonstrations(seed=0, count=640)  # each: two example replies, then its own
     assert warm_start_batch_size(demos) == WARM_START_TURNS_PER_BATCH
+
+
+@pytest.mark.asyncio
+async def test_a_job_on_the_transformers_backend_runs_checkpoints_and_resumes(tmp_path, tiny_lm):
+    """The whole loop on a real (tiny, random) LM: its server, validation, PEFT checkpoints pruned as the loop says,
+    and a crash after step 2 resumed from step 2's adapter."""
+    from service.backends import layout
+
+    engine = _new_store(tmp_path)
+    spec = {**TINY_RUN, "model": {"backend": "transformers", "base_model": str(tiny_lm)},
+            "training": {**TINY_RUN["training"], "max_steps": 3, "group_size": 2}, "validation": {"every_n_steps": 1, "max_examples": 3, "patience": 10}}  # fmt: skip
+    job_id = _submit(engine, spec)
+
+    def crash_after_step_2(kind, data):
+        if kind == "step" and data["step"] == 2:
+            raise Crash
+
+    with pytest.raises(Crash):
+        await run_job(job_id, db=engine, data_dir=tmp_path / "data", hooks=JobHooks(on_event=crash_after_step_2))
+    job = await run_job(job_id, db=engine, data_dir=tmp_path / "data")
+    assert job.status is JobStatus.succeeded and job.stop_reason is StopReason.max_steps and job.step == 3
+    steps, points = _history(engine, job_id)
+    assert [s[0] for s in steps] == [1, 2, 3] and [p[0] for p in points] == [0, 1, 2, 3]
+    model_dir = layout.model_dir(tmp_path / "data" / "models", layout.job_model_name(job_id, "demo"))
+    kept = layout.checkpoint_steps(model_dir)
+    assert kept[0] == 0 and kept[-2:] == [2, 3] and set(kept) <= {0, 1, 2, 3}
+    assert (layout.checkpoint_dir(model_dir, 3) / "adapter_config.json").is_file()
