@@ -58,7 +58,7 @@ BAD_SUBMISSIONS = [
     (math(training=[1, 2]), 422, "training: Input should be a valid dictionary"),
     (json.dumps({"environment": "2048", "environment_args": {"target_tile": 100}}), 422,
      "environment_args: environment '2048': target_tile must be a power of two from 8 to 2048, got 100"),
-    (math(environment_args={"colour": "red"}), 422, "environment_args: environment 'math' takes no arguments; got unknown colour"),
+    (math(environment_args={"colour": "red"}), 422, "environment_args: environment 'math' takes level; got unknown colour"),
     (math(environment_args={"x": [1]}), 422, "environment_args.x"),
     (math(environment_args={"x": "s" * 2000}), 422, "environment_args: 'x' is too long"),
     (math(model={"backend": "local"}), 422, "model.base_model is required for the local backend"),
