@@ -31,7 +31,11 @@ class LoraSettings:
     alpha: int = 32
     target_modules: str | tuple[str, ...] = "all-linear"
     max_grad_norm: float = 1.0
-    seq_len: int = 2048  # tokens per packed training row
+    # Tokens per packed training row (a row still holds a math group's prompt and replies). Measured on a math step of
+    # 8 groups x 8 on SmolLM2-135M, 2 CPU cores: 2048 tokens peaked at 5.3 GiB (attention's saved probabilities grow
+    # with the square), 512 at 3.1 GiB; with gradient checkpointing 512 peaked at 2.1 GiB for 15% more step time.
+    seq_len: int = 512
+    gradient_checkpointing: bool = True  # recompute each layer's activations in the backward pass: memory for time
 
 
 def default_device() -> torch.device:
@@ -62,6 +66,8 @@ class PolicyEngine:
                                 if isinstance(lora.target_modules, tuple) else lora.target_modules, task_type="CAUSAL_LM")  # fmt: skip
             self.model = get_peft_model(base, config)
             self.step = 0
+        if lora.gradient_checkpointing:
+            self.model.get_base_model().gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.model.eval()
         self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=1e-5)
         if steps:
