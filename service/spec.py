@@ -161,7 +161,7 @@ class TrainingSpec(_Section):
     learning_rate: float = Field(
         1e-4, gt=0, lt=1, description="RL learning rate (Adam); 1e-4 suits a LoRA on a ~100M LM and the embedded policy; 7B GPU LoRA runs want less."
     )
-    max_steps: int = Field(24, gt=0, le=100_000, description="Training steps at most (the default fits the main job on 2 CPU cores).")
+    max_steps: int = Field(20, gt=0, le=100_000, description="Training steps at most (the default fits the main job on 2 CPU cores).")
     kl_penalty_coef: float = Field(0.0, ge=0, le=100, description="Weight of the KL penalty to the reference policy.")
     temperature: float = Field(1.0, gt=0, le=2, description="Sampling temperature of training rollouts.")
     warm_start_examples: int | None = Field(
