@@ -20,6 +20,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, FastAPI, Header, Request
@@ -55,16 +56,17 @@ class ServingError(Exception):
         self.status, self.message, self.code, self.headers = status, message, code, headers
 
 
-class Sample(Protocol):
+@dataclass
+class Sample:
     """One sampled completion, as every backend's sampler returns it."""
 
-    text: str
-    token_ids: list[int]
-    logprobs: list[float]
-    top_logprobs: list[list[tuple[int, float]]]
-    finish_reason: str
-    stop_reason: str | None
-    context_tokens: int
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)  # the policy's own (temperature 1) logprob of each token
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    finish_reason: str = "length"  # "stop" on end of turn or a stop string
+    stop_reason: str | None = None  # the stop string that ended the text, None for end of turn
+    context_tokens: int = 0  # prompt tokens the sample was conditioned on (after any left truncation)
 
 
 class Reply(Protocol):

@@ -9,11 +9,14 @@ import contextlib
 import secrets
 import socket
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
 from service.backends.openai_server import ChatFormat, Generate, ServingError, build_app
+
+if TYPE_CHECKING:
+    import art
 
 
 class _QuietServer(uvicorn.Server):
@@ -78,3 +81,25 @@ class LoopbackServing:
     async def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """``fn`` on the model thread: training and sampling never overlap."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, lambda: fn(*args, **kwargs))
+
+
+class InProcessBackend(LoopbackServing):
+    """The ART protocol methods every backend that keeps one engine (with a ``step``) per model shares."""
+
+    def __init__(self, **serving: Any) -> None:
+        super().__init__(**serving)
+        self._engines: dict[str, Any] = {}
+
+    def _model_inference_name(self, model: art.Model, step: int | None = None) -> str:
+        engine = self._engines.get(model.name)
+        current = engine.step if engine is not None else 0
+        return f"{model.name}@{current if step is None else step}"
+
+    async def _get_step(self, model: art.TrainableModel) -> int:
+        return self._engine(model.name).step
+
+    def _engine(self, name: str) -> Any:
+        try:
+            return self._engines[name]
+        except KeyError:
+            raise ValueError(f"model {name!r} is not registered with this backend") from None

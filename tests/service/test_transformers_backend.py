@@ -172,7 +172,7 @@ async def test_tools_are_rendered_by_the_template_and_calls_come_back_as_tool_ca
     forced = engine.tokenizer.encode(call, add_special_tokens=False) + [engine.tokenizer.convert_tokens_to_ids("<|im_end|>")]
 
     def scripted(requests, step=None):  # the random model cannot write a call: replay one through the real server
-        from service.backends.transformers.generation import Sample
+        from service.backends.openai_server import Sample
 
         return [[Sample(text=call, token_ids=forced, logprobs=[-1.0] * len(forced), finish_reason="stop")] for _ in requests]
 

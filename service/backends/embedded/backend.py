@@ -10,22 +10,21 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
-from typing import Any
 
 import art
 import torch
 from art import dev
 from art.types import TrainResult, TrainSFTConfig
 
+from service.backends.embedded import toolcalls
 from service.backends.embedded.engine import PolicyEngine
 from service.backends.embedded.objectives import GRPOConfig, group_advantages
 from service.backends.embedded.policy import PRESETS
-from service.backends.embedded import toolcalls
-from service.backends.embedded.sampler import Sample, SamplingRequest
+from service.backends.embedded.sampler import SamplingRequest
 from service.backends.embedded.sequences import TokenSequence, trajectory_windows
 from service.backends.embedded.tokenizer import decode_token, render_prompt
-from service.backends.openai_server import ChatCompletionRequest, ServingError
-from service.backends.serving import LoopbackServing, parse_model_name
+from service.backends.openai_server import ChatCompletionRequest, Sample, ServingError
+from service.backends.serving import InProcessBackend, parse_model_name
 
 DEFAULT_SFT_BATCH_SIZE = 64
 
@@ -52,7 +51,7 @@ class CharacterChat:
         return toolcalls.parse(text, call_id_prefix=call_id_prefix)
 
 
-class EmbeddedBackend(LoopbackServing):
+class EmbeddedBackend(InProcessBackend):
     """Trains small character-level policies in this process and serves them over HTTP.
 
     ``path`` holds one directory per model (checkpoints, reference); ``cache_dir`` keeps
@@ -67,7 +66,6 @@ class EmbeddedBackend(LoopbackServing):
         self._path = Path(path)
         self._cache_dir = Path(cache_dir) if cache_dir is not None else self._path / "cache"
         self._seed = seed
-        self._engines: dict[str, PolicyEngine] = {}
 
     # -- ART Backend protocol ---------------------------------------------------------------
 
@@ -83,14 +81,6 @@ class EmbeddedBackend(LoopbackServing):
         self, model: art.TrainableModel, config: dev.OpenAIServerConfig | None = None
     ) -> tuple[str, str]:
         return await self._serve(self._generate, CharacterChat())
-
-    def _model_inference_name(self, model: art.Model, step: int | None = None) -> str:
-        engine = self._engines.get(model.name)
-        current = engine.step if engine is not None else 0
-        return f"{model.name}@{current if step is None else step}"
-
-    async def _get_step(self, model: art.TrainableModel) -> int:
-        return self._engine(model.name).step
 
     async def _delete_checkpoint_files(self, model: art.TrainableModel, steps_to_keep: list[int]) -> None:
         await self._run(self._engine(model.name).rollback, steps_to_keep)
@@ -188,11 +178,3 @@ class EmbeddedBackend(LoopbackServing):
             raise ServingError(404, f"model {name!r} has no checkpoint for step {step}", "model_not_found")
         samples = await self._run(engine.generate, request, step)
         return f"{name}@{engine.step if step is None else step}", samples
-
-    # -- helpers ----------------------------------------------------------------------------
-
-    def _engine(self, name: str) -> PolicyEngine:
-        try:
-            return self._engines[name]
-        except KeyError:
-            raise ValueError(f"model {name!r} is not registered with this backend") from None

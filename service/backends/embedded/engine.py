@@ -17,8 +17,9 @@ import torch
 from service.backends.embedded.checkpoints import CheckpointStore
 from service.backends.embedded.objectives import GRPOConfig, grpo_loss, sft_loss
 from service.backends.embedded.policy import CharGPT, PolicyConfig
-from service.backends.embedded.sampler import Sample, SamplingRequest, sample
+from service.backends.embedded.sampler import SamplingRequest, sample
 from service.backends.embedded.sequences import TokenSequence, collate
+from service.backends.openai_server import Sample
 
 MAX_GRAD_NORM = 1.0
 MICRO_BATCH_TOKENS = 16_384  # padded tokens per forward pass; bounds memory for long trajectories

@@ -7,12 +7,13 @@ from the request, so a seeded request gives the same text whatever else the serv
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from service.backends.embedded.policy import CharGPT
 from service.backends.embedded.tokenizer import EMITTABLE_IDS, EOT, decode_token, prompt_budget
+from service.backends.openai_server import Sample
 
 
 @dataclass(frozen=True)
@@ -24,17 +25,6 @@ class SamplingRequest:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     top_logprobs: int = 0
-
-
-@dataclass
-class Sample:
-    text: str = ""
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
-    finish_reason: str = "length"  # "stop" on <eot> or a stop string
-    stop_reason: str | None = None  # the stop string that ended the text, None for <eot>
-    context_tokens: int = 0  # prompt tokens the sample was conditioned on, after left truncation
 
 
 def _stop_hit(text: str, stop: tuple[str, ...]) -> str | None:

@@ -19,10 +19,10 @@ from art import dev
 from art.types import TrainResult, TrainSFTConfig
 
 from service.backends import layout
-from service.backends.openai_server import ServingError
-from service.backends.serving import LoopbackServing, parse_model_name
+from service.backends.openai_server import Sample, ServingError
+from service.backends.serving import InProcessBackend, parse_model_name
 from service.backends.transformers.engine import LoraSettings, PolicyEngine
-from service.backends.transformers.generation import Sample, SamplingRequest
+from service.backends.transformers.generation import SamplingRequest
 from service.backends.transformers.models import resolve_base_model
 from service.backends.transformers.template_chat import TemplateChat
 
@@ -38,7 +38,7 @@ class _Pending:
     future: asyncio.Future[list[Sample]]
 
 
-class TransformersBackend(LoopbackServing):
+class TransformersBackend(InProcessBackend):
     """Trains LoRA adapters on real LMs in this process (CUDA when present, else the CPU) and serves them.
 
     ``path`` holds one directory per model (ART's layout); ``cache_dir`` the converted base models.
@@ -49,7 +49,6 @@ class TransformersBackend(LoopbackServing):
         super().__init__(host=host, port=port, thread_name="transformers-policy")
         self._path, self._cache_dir = Path(path), Path(cache_dir)
         self._seed, self._lora = seed, lora
-        self._engines: dict[str, PolicyEngine] = {}
         self._pending: list[_Pending] = []
         self._batcher: asyncio.Task[None] | None = None
 
@@ -66,14 +65,6 @@ class TransformersBackend(LoopbackServing):
         self, model: art.TrainableModel, config: dev.OpenAIServerConfig | None = None
     ) -> tuple[str, str]:
         return await self._serve(self._generate, TemplateChat(lambda name: self._engine_for(name).tokenizer))
-
-    def _model_inference_name(self, model: art.Model, step: int | None = None) -> str:
-        engine = self._engines.get(model.name)
-        current = engine.step if engine is not None else 0
-        return f"{model.name}@{current if step is None else step}"
-
-    async def _get_step(self, model: art.TrainableModel) -> int:
-        return self._engine(model.name).step
 
     async def _delete_checkpoint_files(self, model: art.TrainableModel, steps_to_keep: list[int]) -> None:
         await self._run(self._engine(model.name).keep_only, steps_to_keep)
@@ -167,11 +158,3 @@ class TransformersBackend(LoopbackServing):
                 for item, samples in zip(batch, results):
                     if not item.future.done():
                         item.future.set_result(samples)
-
-    # -- helpers ----------------------------------------------------------------------------
-
-    def _engine(self, name: str) -> PolicyEngine:
-        try:
-            return self._engines[name]
-        except KeyError:
-            raise ValueError(f"model {name!r} is not registered with this backend") from None

@@ -18,8 +18,9 @@ import torch
 from art import dev
 
 from service.backends import layout
+from service.backends.openai_server import Sample
 from service.backends.transformers import chat, training
-from service.backends.transformers.generation import Generator, Sample, SamplingRequest
+from service.backends.transformers.generation import Generator, SamplingRequest
 from service.backends.transformers.models import load_tokenizer
 
 OPTIMIZER_FILE = "optimizer.pt"

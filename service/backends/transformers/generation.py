@@ -10,10 +10,12 @@ the quantity ART's loss compares the trained policy against, as vLLM reports the
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
+
+from service.backends.openai_server import Sample
 
 
 @dataclass(frozen=True)
@@ -26,17 +28,6 @@ class SamplingRequest:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     top_logprobs: int = 0
-
-
-@dataclass
-class Sample:
-    text: str = ""
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
-    finish_reason: str = "length"  # "stop" on end of turn or a stop string
-    stop_reason: str | None = None  # the stop string that ended the text, None for end of turn
-    context_tokens: int = 0  # prompt tokens the sample was conditioned on
 
 
 @dataclass
