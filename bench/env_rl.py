@@ -81,11 +81,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", required=True)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--label", default="", help="appended to the results file's name, e.g. smollm2")
     args, extra = parser.parse_known_args()
     result = train_and_read(args.env, args.seed, extra)
     RESULTS.mkdir(exist_ok=True)
     name = "twenty48" if args.env == "2048" else args.env
-    (RESULTS / f"{name}_rl.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / f"{name}_rl{'_' + args.label if args.label else ''}.json").write_text(json.dumps(result, indent=2) + "\n")
     summary, points = result["summary"], result["validation"]
     best = next(p for p in points if p["step"] == summary["best_step"])
     step0 = points[0]
