@@ -54,6 +54,7 @@ def test_an_installed_plugin_trains_through_the_same_loop_and_store(plugin_path,
     result = _artsvc(
         "train", "--env", "echo", "--env-arg", "prefix=repeat: ", "--max-steps", "2", "--every-n-steps", "1",
         "--val-examples", "8", "--groups-per-step", "2", "--group-size", "4", "--json",
+        "--base-model", "embedded/char-gpt-0.8m",  # the loop and store are what is tested: the fast fixture policy
         plugin_path=plugin_path, tmp_path=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]

@@ -118,6 +118,7 @@ async def test_a_short_run_from_a_warm_start_learns(tmp_path):
     """Warm start, then GRPO against the strict scorer: validation accuracy rises and format slips fall."""
     spec = {
         "environment": "math",
+        "model": {"base_model": "embedded/char-gpt-0.8m"},  # the policy that learns within a test's budget
         "training": {"warm_start_examples": 38_400, "max_steps": 10, "learning_rate": 1e-4},
         "validation": {"every_n_steps": 5, "max_examples": 100},
         "seed": 0,
