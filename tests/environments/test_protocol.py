@@ -75,7 +75,7 @@ def test_base_environment_supplies_every_optional_member():
     assert env.opening({"id": "x"}) is None and env.demonstrations(seed=0, count=5) == []
     # without openings a manifest's prompt hash is null; the embedded default architecture is recommended
     assert manifests.prompt_hash(env, list(env.scenarios("val"))) is None
-    assert manifests.recommended_base_model(env) == DEFAULT_BASE_MODEL
+    assert manifests.recommended_base_model(env, "embedded") == DEFAULT_BASE_MODEL
 
 
 @pytest.mark.parametrize("name", ["math", "2048", "email"])

@@ -98,7 +98,7 @@ async def test_resume_after_a_crash_continues_at_the_right_step_without_duplicat
 @pytest.mark.asyncio
 async def test_a_failing_run_is_recorded_as_failed_with_the_error(tmp_path):
     engine = _new_store(tmp_path)
-    spec = {**TINY_RUN, "model": {"base_model": "embedded/char-gpt-0.2m", "backend": "serverless"}}
+    spec = {**TINY_RUN, "model": {"base_model": "Qwen/Qwen2.5-0.5B-Instruct", "backend": "serverless"}}
     job_id = _submit(engine, spec)
     with pytest.raises(Exception, match="WANDB_API_KEY"):
         await run_job(job_id, db=engine, data_dir=tmp_path / "data")

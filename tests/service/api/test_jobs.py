@@ -40,7 +40,7 @@ def test_math_alone_is_a_queued_job_with_the_design_shape(client, auth):
     job = submit(client, headers).json()
     assert set(job) == JOB_FIELDS
     assert job["status"] == "queued" and job["environment"] == "math" and job["step"] == 0
-    assert job["spec"]["training"]["group_size"] == 8 and job["spec"]["validation"]["every_n_steps"] == 5  # defaults
+    assert job["spec"]["training"]["group_size"] == 8 and job["spec"]["validation"]["every_n_steps"] == 4  # defaults
     assert job["created_at"].endswith("Z") or job["created_at"].endswith("+00:00")
     assert client.get(f"/v1/jobs/{job['id']}", headers=headers).json() == job
 

@@ -66,7 +66,7 @@ async def test_a_worker_with_concurrency_2_trains_two_jobs_at_once(engine, tmp_p
 @sqlite_only  # a job's failure is the worker's business, not the database's
 async def test_a_failing_job_is_recorded_and_the_worker_goes_on_to_the_next(engine, tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    serverless = {**TINY_JOB, "model": {**TINY_JOB["model"], "backend": "serverless"}}  # fails: no WANDB_API_KEY
+    serverless = {**TINY_JOB, "model": {"base_model": "Qwen/Qwen2.5-0.5B-Instruct", "backend": "serverless"}}  # no WANDB_API_KEY
     failing, fine = submit(engine, serverless), submit(engine, TINY_JOB)
     await _run_until(_worker(engine, tmp_path), lambda: _all_ended(engine, [failing, fine]))
     failed = load_job(engine, failing)
