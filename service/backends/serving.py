@@ -32,7 +32,7 @@ def parse_model_name(model: str) -> tuple[str, int | None]:
     name, at, step_text = model.partition("@")
     if not at:
         return name, None
-    if not step_text.isdigit() or len(step_text) > 9:
+    if not (step_text.isascii() and step_text.isdigit()) or len(step_text) > 9:  # isdigit alone admits "²"
         raise ServingError(404, f"model {name!r} has no checkpoint for step {step_text!r}", "model_not_found")
     return name, int(step_text)
 

@@ -99,10 +99,11 @@ def find_checkpoint(
     job_id, at, step_text = model.partition("@")
     step: int | str | None = None
     if at:
-        if step_text not in ("best", "latest") and not (step_text.isdigit() and len(step_text) <= 10):
+        number = step_text.isascii() and step_text.isdigit()  # str.isdigit alone admits "²", which int() refuses
+        if step_text not in ("best", "latest") and not (number and len(step_text) <= 10):
             message = f"model {model!r} does not exist: a step is a number, best or latest"
             raise ServingError(404, message, "model_not_found")
-        step = step_text if not step_text.isdigit() else int(step_text)
+        step = int(step_text) if number else step_text
     with Session(store) as session:
         job = visible_job(session, caller=caller, job_id=job_id)
         points = runs.validation_points(session, job_id=job.id) if step in (None, "best") else []

@@ -146,7 +146,7 @@ def test_another_tenants_job_an_unknown_job_and_an_unknown_step_are_not_found(
     assert messages[job_id].replace(job_id, unknown) == messages[unknown]  # theirs looks like one that does not exist
 
     api = client(live_server, key)
-    for model in (f"{job_id}@9", f"{job_id}@abc", f"{job_id}@-1", f"{job_id}@99999999999", "not-a-job"):
+    for model in (f"{job_id}@9", f"{job_id}@abc", f"{job_id}@-1", f"{job_id}@99999999999", f"{job_id}@\u00b2", "not-a-job"):
         with pytest.raises(openai.NotFoundError):
             api.chat.completions.create(model=model, messages=MESSAGES, max_tokens=1)
     with pytest.raises(openai.AuthenticationError):
