@@ -1,20 +1,25 @@
-"""Benchmark: API latency under load on loopback while a job trains.
+"""Benchmark: the API under load from a separate process, with no job training and while the default job trains.
 
-Starts ``artsvc serve`` (API plus its in-process worker, SQLite) in a subprocess, creates a
-client token, submits a math job that trains for the whole measurement, waits for its first
-step, then runs 50 concurrent clients (this process, asyncio + httpx, one connection each),
-each doing ``--requests`` rounds of ``GET /v1/jobs/{id}`` with one ``POST /v1/jobs`` every
-fifth round. Reports p50/p99 latency per endpoint and the error count; writes
-``bench/results/api_load.json``. The load generator shares the machine's cores with the
-server and the training, so the numbers are an upper bound of what the server alone costs.
+Two runs of ``artsvc serve`` on a fresh SQLite store (or ``--database-url``), each loaded by
+``bench/http_load.py`` in a process of its own: ``--connections`` keep-alive connections spread over
+``--tokens`` operator tokens (the server caps requests in progress per credential: 16 by default), each
+sending ``GET /v1/jobs/{id}`` back to back, every ``--post-every``-th request a ``POST /v1/jobs`` instead.
 
-    python bench/api_load.py [--clients 50] [--requests 50]
+- idle: ``serve --no-worker``; the job waits in the queue.
+- training: ``serve`` with its supervised worker training the default math job (SmolLM2, transformers
+  backend; validation only at the end, so every step is alike). Step wall times are read from the store:
+  ``--quiet-steps`` steps with no load, then the steps that ran wholly inside the load window.
+
+Writes ``bench/results/api_load.json`` (or ``--out``) and prints the README's table. Server, worker
+and load share the machine's cores: that is the point (an operator's box), and the load process's own
+cost per request is part of what the server competes with.
+
+    python bench/api_load.py [--connections 50] [--tokens 5] [--seconds 20] [--load-steps 3]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import statistics
@@ -22,7 +27,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -30,103 +37,160 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 sys.path.insert(0, str(ROOT / "bench"))
 from env_rl import machine  # noqa: E402
+from http_load import summary  # noqa: E402
 from service_overhead import free_port, wait_until_serving  # noqa: E402
 
 TRAINING_SPEC = {
     "environment": "math",
-    "training": {"warm_start_examples": 0, "max_steps": 10_000},
+    "training": {"max_steps": 10_000},
     "validation": {"every_n_steps": 10_000, "patience": 1000},
 }
 QUEUED_SPEC = {"environment": "math", "training": {"max_steps": 1}}
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+class Server:
+    """``artsvc serve`` on a free loopback port over the store in ``env``; stopped with SIGTERM on exit."""
+
+    def __init__(self, env: dict[str, str], *extra: str) -> None:
+        port = free_port()
+        self.base = f"http://127.0.0.1:{port}"
+        command = [sys.executable, "-m", "service", "serve", "--port", str(port), *extra]
+        self.process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def __enter__(self) -> Server:
+        wait_until_serving(self.base)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=300)
 
 
-async def client(base: str, token: str, job_id: str, rounds: int, latencies: dict[str, list[float]], errors: list[str]) -> None:
-    headers = {"Authorization": f"Bearer {token}"}
-    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=60) as http:
-        for i in range(rounds):
-            for name, request in (("GET /v1/jobs/{id}", http.get(f"/v1/jobs/{job_id}")),) + (
-                (("POST /v1/jobs", http.post("/v1/jobs", json=QUEUED_SPEC)),) if i % 5 == 0 else ()
-            ):
-                started = time.perf_counter()
-                try:
-                    response = await request
-                    if response.status_code >= 400:
-                        errors.append(f"{name}: {response.status_code}")
-                except httpx.HTTPError as exc:
-                    errors.append(f"{name}: {type(exc).__name__}")
-                latencies[name].append(time.perf_counter() - started)
+def cli(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "service", *args], env=env, check=True, capture_output=True, text=True)
+    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
 
 
-async def load(base: str, token: str, job_id: str, clients: int, rounds: int) -> dict:
-    latencies: dict[str, list[float]] = {"GET /v1/jobs/{id}": [], "POST /v1/jobs": []}
-    errors: list[str] = []
-    started = time.perf_counter()
-    await asyncio.gather(*(client(base, token, job_id, rounds, latencies, errors) for _ in range(clients)))
-    elapsed = time.perf_counter() - started
-    total = sum(map(len, latencies.values()))
-    return {
-        "clients": clients,
-        "requests": total,
-        "errors": len(errors),
-        "error_examples": errors[:5],
-        "wall_s": round(elapsed, 2),
-        "requests_per_s": round(total / elapsed, 1),
-        "endpoints": {
-            name: {
-                "count": len(values),
-                "p50_ms": round(1000 * statistics.median(values), 1),
-                "p99_ms": round(1000 * percentile(values, 0.99), 1),
-            }
-            for name, values in latencies.items()
+def generate_load(
+    base: str, tokens: list[str], job_id: str, args: argparse.Namespace, seconds: float
+) -> dict[str, Any]:
+    command = [
+        sys.executable, str(ROOT / "bench" / "http_load.py"), "--base", base, "--tokens", ",".join(tokens),
+        "--get-path", f"/v1/jobs/{job_id}", "--post-path", "/v1/jobs", "--post-body", json.dumps(QUEUED_SPEC),
+        "--post-every", str(args.post_every), "--connections", str(args.connections), "--seconds", str(seconds),
+        "--with-samples",
+    ]  # fmt: skip
+    return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+
+
+def steps(base: str, headers: dict[str, str], job_id: str) -> list[dict[str, Any]]:
+    return httpx.get(f"{base}/v1/jobs/{job_id}/metrics", headers=headers, timeout=60).raise_for_status().json()["steps"]
+
+
+def wait_for_step(base: str, headers: dict[str, str], job_id: str, step: int) -> None:
+    while True:
+        job = httpx.get(f"{base}/v1/jobs/{job_id}", headers=headers, timeout=60).raise_for_status().json()
+        if job["status"] not in ("queued", "running"):
+            sys.exit(f"the training job ended early: {job['status']} {job.get('error')}")
+        if job["step"] >= step:
+            return
+        time.sleep(1)
+
+
+def idle_run(env: dict[str, str], tokens: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {tokens[0]}"}
+    with Server(env, "--no-worker") as server:
+        job = httpx.post(f"{server.base}/v1/jobs", json=TRAINING_SPEC, headers=headers, timeout=60).raise_for_status()
+        return merge([generate_load(server.base, tokens, job.json()["id"], args, args.seconds)])
+
+
+def training_run(env: dict[str, str], tokens: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """Step times with no load, then the load (repeated in ``--seconds`` slices) until ``--load-steps`` steps ran
+    wholly inside it; the latencies are those of every slice together."""
+    headers = {"Authorization": f"Bearer {tokens[0]}"}
+    with Server(env) as server:
+        job = (
+            httpx.post(f"{server.base}/v1/jobs", json=TRAINING_SPEC, headers=headers, timeout=60)
+            .raise_for_status()
+            .json()
+        )
+        wait_for_step(server.base, headers, job["id"], 1)  # the model is loaded and a step has run
+        wait_for_step(server.base, headers, job["id"], 1 + args.quiet_steps)
+        quiet = steps(server.base, headers, job["id"])[1:]  # the first step also loads the model
+        load_started = datetime.now().astimezone()
+        slices = []
+        while True:
+            slices.append(generate_load(server.base, tokens, job["id"], args, args.seconds))
+            load_ended = datetime.now().astimezone()
+            inside = [s for s in steps(server.base, headers, job["id"]) if wholly_inside(s, load_started, load_ended)]
+            if len(inside) >= args.load_steps:
+                break
+    result = merge(slices)
+    result["step_wall_s"] = {
+        "no_load": {"steps": len(quiet), "median": round(statistics.median(s["wall_time_s"] for s in quiet), 2)},
+        "under_load": {"steps": len(inside), "median": round(statistics.median(s["wall_time_s"] for s in inside), 2)},
+    }
+    return result
+
+
+def wholly_inside(step: dict[str, Any], start: datetime, end: datetime) -> bool:
+    """Whether a step began after ``start`` and was recorded before ``end`` (its row is written when it ends)."""
+    ended = datetime.fromisoformat(step["created_at"])
+    return ended - timedelta(seconds=step["wall_time_s"]) > start and ended <= end
+
+
+def merge(slices: list[dict[str, Any]]) -> dict[str, Any]:
+    """Load slices as one run: counts add up, percentiles are over every request of every slice."""
+    merged: dict[str, Any] = {
+        "connections": slices[0]["connections"],
+        "tokens": slices[0]["tokens"],
+        "slices": len(slices),
+        "seconds": round(sum(s["seconds"] for s in slices), 1),
+        "requests": sum(s["requests"] for s in slices),
+        "errors": sum(s["errors"] for s in slices),
+        "errors_by_kind": {
+            k: sum(s["errors_by_kind"].get(k, 0) for s in slices) for s in slices for k in s["errors_by_kind"]
         },
     }
+    merged["requests_per_s"] = round(merged["requests"] / merged["seconds"], 1)
+    names = slices[0]["latencies_s"]
+    merged["endpoints"] = {name: summary([v for s in slices for v in s["latencies_s"][name]]) for name in names}
+    merged["p99_ms_by_slice"] = {name: [s["endpoints"][name]["p99_ms"] for s in slices] for name in names}
+    return merged
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int, default=50)
-    parser.add_argument("--requests", type=int, default=50, help="GET rounds per client")
+    parser.add_argument("--connections", type=int, default=50)
+    parser.add_argument("--tokens", type=int, default=5, help="operator tokens the connections are spread over")
+    parser.add_argument("--seconds", type=float, default=20, help="length of the idle load, and of each training slice")
+    parser.add_argument("--post-every", type=int, default=10, help="every n-th request is a POST /v1/jobs")
+    parser.add_argument("--quiet-steps", type=int, default=3, help="training steps timed with no load")
+    parser.add_argument("--load-steps", type=int, default=3, help="training steps timed under load")
+    parser.add_argument("--database-url", help="default: a fresh SQLite file")
+    parser.add_argument("--out", type=Path, default=RESULTS / "api_load.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="artsvc-load-") as tmp:
         env = {**os.environ, "ARTSVC_DATA_DIR": tmp}
         env.pop("ARTSVC_DATABASE_URL", None)
-        subprocess.run([sys.executable, "-m", "service", "db", "upgrade"], env=env, check=True, capture_output=True)
-        created = subprocess.run(
-            [sys.executable, "-m", "service", "token", "create", "--role", "client"], env=env, check=True, capture_output=True, text=True
-        )
-        token = created.stdout.strip().splitlines()[-1]
-        port = free_port()
-        server = subprocess.Popen(
-            [sys.executable, "-m", "service", "serve", "--port", str(port)], env=env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        base = f"http://127.0.0.1:{port}"
-        headers = {"Authorization": f"Bearer {token}"}
-        try:
-            wait_until_serving(base)
-            job = httpx.post(f"{base}/v1/jobs", json=TRAINING_SPEC, headers=headers, timeout=10).raise_for_status().json()
-            while job["step"] < 1:  # training, not just starting up
-                time.sleep(0.5)
-                job = httpx.get(f"{base}/v1/jobs/{job['id']}", headers=headers, timeout=10).raise_for_status().json()
-            result = asyncio.run(load(base, token, job["id"], args.clients, args.requests))
-            job = httpx.get(f"{base}/v1/jobs/{job['id']}", headers=headers, timeout=10).json()
-            result["training_job_status_after"] = job["status"]
-        finally:
-            server.terminate()
-            server.wait(timeout=60)
+        if args.database_url:
+            env["ARTSVC_DATABASE_URL"] = args.database_url
+        cli(env, "db", "upgrade")
+        tokens = [cli(env, "token", "create", "--role", "operator", "--name", f"load-{i}") for i in range(args.tokens)]
+        result = {"idle": idle_run(env, tokens, args), "training": training_run(env, tokens, args)}
     result["machine"] = machine()
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "api_load.json").write_text(json.dumps(result, indent=2) + "\n")
-    print("| endpoint | requests | p50 | p99 | errors | clients | throughput | machine |")
+    result["store"] = "postgresql" if args.database_url else "sqlite"
+    args.out.parent.mkdir(exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print("| run | endpoint | requests | p50 | p99 | errors | throughput | step wall time (median) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for name, stats in result["endpoints"].items():
-        print(f"| `{name}` | {stats['count']} | {stats['p50_ms']} ms | {stats['p99_ms']} ms | {result['errors']} "
-              f"| {args.clients} | {result['requests_per_s']} req/s | {machine()} |")  # fmt: skip
+    for run, stats in (("no job training", result["idle"]), ("a job training", result["training"])):
+        step = stats.get("step_wall_s", {}).get("under_load", {}).get("median", "–")
+        for name, e in stats["endpoints"].items():
+            print(f"| {run} | `{name}` | {e['count']} | {e['p50_ms']} ms | {e['p99_ms']} ms | {stats['errors']} "
+                  f"| {stats['requests_per_s']} req/s | {step} s |")  # fmt: skip
+    if "step_wall_s" in result["training"]:
+        print(f"step wall time with no load: {result['training']['step_wall_s']['no_load']['median']} s (median)")
 
 
 if __name__ == "__main__":

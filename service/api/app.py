@@ -5,7 +5,9 @@
 default of ``artsvc serve``), on an engine of its own so a flood of requests cannot starve its
 writes; otherwise separate ``artsvc worker`` processes do.
 
-Connections and threads are sized together: the pool holds ``db_pool_size + db_max_overflow``
+Keyed reads (the caller's token, a job by id, a page of jobs) run on the event loop, on a connection of its
+own (``loop_engine``), whose statements give up after ``LOOP_READ_WAIT_S`` so the loop cannot stall for longer
+(service/api/deps.py says why). Connections and threads are sized together: the pool holds ``db_pool_size + db_max_overflow``
 connections and sync routes and dependencies run on as many threads (anyio's default limiter, set
 at startup), so a request thread normally finds a connection; ``/healthz`` has a connection of its
 own, so a busy pool never makes the server look dead. Chat completions on trained checkpoints run on one
@@ -33,6 +35,8 @@ from service.inference import InferenceEngine
 from service.settings import Settings, get_settings
 from service.store import db as store_db
 
+LOOP_READ_WAIT_S = 1.0  # the longest a keyed read may hold the event loop (a lock wait, a slow server)
+
 
 def create_app(settings: Settings | None = None, *, engine: Engine | None = None, run_worker: bool = False) -> FastAPI:
     settings = settings or get_settings()
@@ -45,6 +49,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     store_db.check_migrated(engine)
     url = engine.url.render_as_string(hide_password=False)
     health_engine = store_db.make_engine(url, pool_size=1, max_overflow=0, pool_timeout_s=settings.db_pool_timeout_s)
+    loop_engine = store_db.make_engine(url, pool_size=1, max_overflow=0, pool_timeout_s=LOOP_READ_WAIT_S, wait_s=LOOP_READ_WAIT_S)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -52,6 +57,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         if not run_worker:
             yield
             app.state.inference.close()
+            loop_engine.dispose()
             health_engine.dispose()
             return
         from service.worker import Worker  # imports torch and ART: only when this process trains
@@ -67,6 +73,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
             app.state.inference.close()
             await task
             worker_engine.dispose()
+            loop_engine.dispose()
             health_engine.dispose()
 
     app = FastAPI(
@@ -78,6 +85,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     app.state.settings = settings
     app.state.engine = engine
     app.state.health_engine = health_engine
+    app.state.loop_engine = loop_engine
     app.state.inference = InferenceEngine()
     app.state.stream_slots = events.StreamSlots(
         max_streams=settings.max_event_streams, max_per_caller=settings.max_event_streams_per_tenant

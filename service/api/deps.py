@@ -4,16 +4,24 @@ Routes declare ``session: SessionDep`` and ``caller: CallerDep`` (or ``OperatorD
 operators may act). No token: 401. A client asking for another client's job gets 404, exactly as
 for a job that does not exist, so ids of other tenants cannot be probed.
 
-No request holds a database connection longer than its own work: the token lookup uses a session of
-its own, closed before the route runs (a request waiting for a thread holds no connection), and the
-route's session closes as soon as the route and its response model are done, before the response is
-sent (a slow reader or a stream holds none).
+Two ways to the store, chosen by what a profile of ``GET /v1/jobs/{id}`` under load showed: each thread
+hop of a request costs a GIL hand-over (up to the interpreter's 5 ms switch interval while the event loop
+is busy), and a session held across hops kept a connection while it queued for a thread, until requests
+timed out waiting for the pool. So:
+
+- keyed reads (the caller's token, one job by id, one page of jobs) run right on the event loop through
+  ``read_now``, on a connection of the loop's own (``app.state.loop_engine``, one connection: the loop
+  runs one at a time). They take tens of microseconds on SQLite, whose readers never wait for a writer
+  in WAL mode; on PostgreSQL a statement timeout bounds them (service/store/db.py).
+- everything else is a sync route run on one request thread, whose session (``SessionDep``) is opened
+  without a connection and closed on the loop as soon as the route returns, so no request holds a
+  connection while it waits for a thread, and the response is sent without one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Annotated
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -26,33 +34,41 @@ from service.settings import Settings
 from service.store import runs
 from service.store.tables import Job, JobKind
 
+T = TypeVar("T")
 bearer = HTTPBearer(auto_error=False, description="A token from `artsvc token create`.")
 
 
-def get_engine(request: Request) -> Engine:
+async def get_engine(request: Request) -> Engine:
     return request.app.state.engine
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
 EngineDep = Annotated[Engine, Depends(get_engine)]
 
 
-def get_session(engine: EngineDep) -> Iterator[Session]:
+async def get_session(engine: EngineDep) -> AsyncIterator[Session]:
+    """A session for a sync route: no connection until the route's first query (on its thread), given back on the
+    loop when the route returns (a rollback of a finished request's transaction: no waiting)."""
     with Session(engine, expire_on_commit=False) as session:
         yield session
+
+
+def read_now(request: Request, fn: Callable[..., T], /, **kwargs: Any) -> T:
+    """``fn(session, **kwargs)`` on the event loop, for a keyed read (see the module docstring); never a write."""
+    with Session(request.app.state.loop_engine, expire_on_commit=False) as session:
+        return fn(session, **kwargs)
 
 
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]  # closed when the route returns, not sent
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
-def get_caller(
+async def get_caller(
     request: Request,
     settings: SettingsDep,
-    engine: EngineDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Principal:
     """The caller of a bearer token, or (only without an Authorization header) of the dashboard's session cookie,
@@ -62,12 +78,10 @@ def get_caller(
         return LOCAL_PRINCIPAL
     token = credentials.credentials if credentials is not None and credentials.scheme.lower() == "bearer" else None
     if token is None and "authorization" not in request.headers and request.cookies.get(SESSION_COOKIE):
-        with Session(engine) as session:
-            return cookie_caller(request, session)
+        return read_now(request, lambda session: cookie_caller(request, session))
     if token is None:
         raise HTTPException(401, "missing bearer token (create one with `artsvc token create`)", {"WWW-Authenticate": "Bearer"})
-    with Session(engine) as session:  # its own, short: the connection is back in the pool before the route runs
-        principal = authenticate(session, token=token)
+    principal = read_now(request, authenticate, token=token)
     if principal is None:
         raise HTTPException(401, "unknown or revoked token", {"WWW-Authenticate": "Bearer"})
     return principal

@@ -24,19 +24,26 @@ if TYPE_CHECKING:  # Alembic is imported where a migration or check needs it: `a
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
 
+SQLITE_LOCK_WAIT_S = 30.0  # a writer waits this long for another's transaction before "database is locked"
+
+
 class StoreError(RuntimeError):
     """The store cannot be used: unreachable, unwritable, or not migrated."""
 
 
-def make_engine(url: str, *, pool_size: int = 5, max_overflow: int = 10, pool_timeout_s: float = 30.0) -> Engine:
+def make_engine(
+    url: str, *, pool_size: int = 5, max_overflow: int = 10, pool_timeout_s: float = 30.0, wait_s: float | None = None
+) -> Engine:
     """An engine for ``url`` with at most ``pool_size + max_overflow`` connections, waiting ``pool_timeout_s``
     for a free one (sqlalchemy.exc.TimeoutError beyond); for SQLite the file's folder is created (clear error if
-    it can't be). The defaults are SQLAlchemy's, for the command line; the API passes its settings."""
+    it can't be). With ``wait_s`` a statement gives up after that long (PostgreSQL's statement timeout, SQLite's
+    wait for a lock, else 30 s). The defaults are SQLAlchemy's, for the command line; the API passes its settings."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(
-            url, pool_pre_ping=True, pool_size=pool_size, max_overflow=max_overflow, pool_timeout=pool_timeout_s
-        )
+        bounded = wait_s is not None and parsed.get_backend_name() == "postgresql"
+        options = {"options": f"-c statement_timeout={round(wait_s * 1000)}", "connect_timeout": max(1, round(wait_s))} if bounded else {}
+        return create_engine(url, pool_pre_ping=True, pool_size=pool_size, max_overflow=max_overflow,
+                             pool_timeout=pool_timeout_s, connect_args=options)  # fmt: skip
     pool: dict[str, Any] = {}  # an in-memory database lives in one connection: SQLAlchemy's own pool for it
     if parsed.database and parsed.database != ":memory:":
         folder = Path(parsed.database).expanduser().resolve().parent
@@ -47,13 +54,14 @@ def make_engine(url: str, *, pool_size: int = 5, max_overflow: int = 10, pool_ti
         # A SQLite connection is a file handle, not a server's slot: every connection the pool may open is kept
         # (no overflow closed and reopened under load, re-running the pragmas); the same total and wait.
         pool = {"pool_size": pool_size + max_overflow, "max_overflow": 0, "pool_timeout": pool_timeout_s}
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **pool)
+    wait_s = SQLITE_LOCK_WAIT_S if wait_s is None else wait_s
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": wait_s}, **pool)
 
     @event.listens_for(engine, "connect")
     def _sqlite_pragmas(dbapi_connection, _record) -> None:  # noqa: ANN001
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute(f"PRAGMA busy_timeout={round(wait_s * 1000)}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 

@@ -23,7 +23,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
-from service.api.deps import EngineDep, SettingsDep, bearer, get_caller, require_operator
+from service.api.deps import SettingsDep, bearer, get_caller, require_operator
 from service.api.watch_schemas import DatabaseHealth, HealthPublic, WorkersHealth
 from service.store import stats
 
@@ -46,10 +46,9 @@ async def healthz(request: Request, response: Response) -> HealthPublic:
     return health
 
 
-def metrics_reader(
+async def metrics_reader(
     request: Request,
     settings: SettingsDep,
-    engine: EngineDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> None:
     """Let Prometheus in with ``metrics_token``, and operators as everywhere else (local mode: everyone);
@@ -58,7 +57,7 @@ def metrics_reader(
     if expected and credentials is not None and credentials.scheme.lower() == "bearer":
         if hmac.compare_digest(credentials.credentials.encode(), expected.encode()):
             return
-    require_operator(get_caller(request=request, settings=settings, engine=engine, credentials=credentials))
+    require_operator(await get_caller(request=request, settings=settings, credentials=credentials))
 
 
 @router.get(

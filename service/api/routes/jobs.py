@@ -5,13 +5,13 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, HTTPException, Query, Response
+from fastapi import APIRouter, Header, HTTPException, Query, Request, Response
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
 import environments
 from service import manifests, tenancy
-from service.api.deps import CallerDep, SessionDep, SettingsDep, visible_job
+from service.api.deps import CallerDep, SessionDep, SettingsDep, read_now, visible_job
 from service.api.errors import ErrorBody
 from service.api.schemas import (
     CostPublic,
@@ -87,8 +87,8 @@ def submit_job(
 
 
 @router.get("/jobs")
-def list_jobs(
-    session: SessionDep,
+async def list_jobs(
+    request: Request,
     caller: CallerDep,
     status: Annotated[JobStatus | None, Query(description="Only jobs in this status.")] = None,
     limit: Annotated[int, Query(ge=1, le=200, description="Jobs per page.")] = 50,
@@ -97,16 +97,16 @@ def list_jobs(
     """Jobs newest first: a client's own, every job for operators."""
     owner_id = None if caller.is_operator else caller.id
     try:
-        page, next_cursor = jobs.list_jobs(session, owner_id=owner_id, status=status, limit=limit, cursor=cursor)
+        page, next_cursor = read_now(request, jobs.list_jobs, owner_id=owner_id, status=status, limit=limit, cursor=cursor)
     except jobs.BadCursor as exc:
         raise HTTPException(400, str(exc)) from None
     return JobList(data=[JobPublic.model_validate(job) for job in page], next_cursor=next_cursor)
 
 
 @router.get("/jobs/{job_id}")
-def get_job(job_id: str, session: SessionDep, caller: CallerDep) -> JobPublic:
+async def get_job(job_id: str, request: Request, caller: CallerDep) -> JobPublic:
     """One job: status, current step, best step and accuracy, stop reason, error."""
-    return JobPublic.model_validate(visible_job(session, caller=caller, job_id=job_id))
+    return JobPublic.model_validate(read_now(request, visible_job, caller=caller, job_id=job_id))
 
 
 @router.post("/jobs/{job_id}/cancel", responses=ENDED)

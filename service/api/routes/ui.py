@@ -26,7 +26,7 @@ from starlette.concurrency import run_in_threadpool
 
 from service.api import dashboard
 from service.api.browser_auth import SESSION_COOKIE, clear_session_cookie, same_origin, set_session_cookie
-from service.api.deps import EngineDep, SessionDep, SettingsDep, bearer, get_caller, visible_job
+from service.api.deps import SessionDep, SettingsDep, bearer, get_caller, visible_job
 from service.auth import Principal, create_browser_session, revoke_browser_session
 from service.store import alerts_query, jobs, runs
 from service.store import dashboard as dashboard_store
@@ -49,15 +49,14 @@ templates.env.filters["when"] = lambda moment: moment.strftime("%Y-%m-%d %H:%M:%
 templates.env.filters["num"] = lambda value, digits=3: "–" if value is None else f"{value:.{digits}f}"
 
 
-def page_caller(
+async def page_caller(
     request: Request,
     settings: SettingsDep,
-    engine: EngineDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Principal | None:
     """The caller exactly as the API sees it (local mode, bearer header, login cookie), or None: log in first."""
     try:
-        return get_caller(request=request, settings=settings, engine=engine, credentials=credentials)
+        return await get_caller(request=request, settings=settings, credentials=credentials)
     except HTTPException:
         return None
 

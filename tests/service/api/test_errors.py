@@ -185,7 +185,8 @@ def test_unknown_paths_and_methods_answer_json(client, auth):
 @sqlite_only
 def test_an_unreachable_store_is_503(app, auth):
     headers = auth()
-    app.state.engine = store_db.make_engine("postgresql+psycopg://postgres@127.0.0.1:1/gone")  # nothing listens there
+    for name in ("engine", "loop_engine"):  # the loop's own connection reads the token, the pool the rest
+        setattr(app.state, name, store_db.make_engine("postgresql+psycopg://postgres@127.0.0.1:1/gone"))  # nothing listens
     with TestClient(app) as client:
         response = client.get("/v1/jobs", headers=headers)
     assert response.status_code == 503 and response.headers["Retry-After"] == "5"

@@ -232,15 +232,35 @@ async def test_one_caller_past_its_share_gets_429_while_another_is_served(server
         assert (await http.get("/v1/jobs", headers=flooder)).status_code == 200
 
 
+def test_a_job_is_read_while_every_pooled_connection_is_taken(database_url, engine, tmp_path):
+    """Keyed reads (the token, a job by id, a page of jobs) run on the event loop's own connection: an operator
+    still reads a job while slow requests hold the whole pool."""
+    settings = Settings(_env_file=None, database_url=database_url, data_dir=tmp_path / "data", **FLOOD_SETTINGS)
+    app = create_app(settings)
+    owner, headers = seeding.principal(engine)
+    job_id = seeding.new_job(engine, owner_id=owner)
+    held = [app.state.engine.connect() for _ in range(settings.db_pool_size + settings.db_max_overflow)]
+    try:
+        with TestClient(app) as client:
+            one, page = client.get(f"/v1/jobs/{job_id}", headers=headers), client.get("/v1/jobs", headers=headers)
+    finally:
+        for connection in held:
+            connection.close()
+        app.state.engine.dispose()
+    assert one.status_code == 200 and one.json()["id"] == job_id
+    assert page.status_code == 200 and [job["id"] for job in page.json()["data"]] == [job_id]
+
+
 def test_no_free_connection_within_the_pools_wait_is_a_503(database_url, engine, tmp_path):
-    """Every pooled connection taken (here by the test): a request answers 503 after db_pool_timeout_s, not 500."""
+    """Every pooled connection taken (here by the test): a request answers 503 after db_pool_timeout_s, not 500.
+    (The token is read on the event loop's own connection; listing evaluations needs one from the pool.)"""
     settings = Settings(_env_file=None, database_url=database_url, data_dir=tmp_path / "data", **FLOOD_SETTINGS)
     app = create_app(settings)
     _, headers = seeding.principal(engine)
     held = [app.state.engine.connect() for _ in range(settings.db_pool_size + settings.db_max_overflow)]
     try:
         with TestClient(app) as client:
-            response = client.get("/v1/jobs", headers=headers)
+            response = client.get("/v1/evaluations", headers=headers)
     finally:
         for connection in held:
             connection.close()
