@@ -3,7 +3,8 @@ compared only when they were measured the same way (the Locked Room rule of seed
 
 A manifest has a ``locked`` section, the fields two runs must share to be comparable (the split and
 its fingerprint, the environment and its arguments, the scorer, the prompt, the sampling of the
-measurement), and informational sections (the model, the backend, the judge, the seed, the code).
+measurement), and informational sections (the model, the backend, the judge, the seed, the code, and the
+runtime the worker trained on).
 ``differences`` lists the locked fields that differ; ``GET /v1/compare`` rejects on any of them.
 """
 
@@ -88,6 +89,27 @@ def build(*, kind: str, env: Environment, environment_args: dict[str, Any], lock
         "sampling": sampling or {},
         "seed": seed,
         "code_version": code_version(),
+    }
+
+
+def runtime() -> dict[str, Any]:
+    """What decides a run's exact numbers besides its spec and seed: the libraries, torch's intra-op thread count
+    (it splits the sums of every matrix product) and the CPU instructions its kernels use. The same runtime gives
+    the same numbers to the last bit; another rounds differently, and the curve drifts (README, Results)."""
+    import platform
+
+    import peft
+    import torch
+    import transformers
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "peft": peft.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "machine": platform.machine(),
     }
 
 

@@ -460,7 +460,7 @@ def _record_manifest(run: _Run) -> None:
     """What this run measures with, written (again) by the process that trains it: its code is what counts."""
     with run.write() as session:
         job = runs.get_job(session, job_id=run.job_id)
-        job.manifest = manifests.training_manifest(run.spec, run.env)
+        job.manifest = {**manifests.training_manifest(run.spec, run.env), "runtime": manifests.runtime()}
         session.add(job)
 
 
