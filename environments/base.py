@@ -92,7 +92,9 @@ def read_jsonl(path: Path) -> tuple[dict[str, Any], ...]:
     return tuple(json.loads(line) for line in path.read_text().splitlines() if line.strip())
 
 
+@cache
 def file_fingerprint(path: Path) -> str:
+    """The sha256 of a committed data file, read once per process like its rows (``read_jsonl``)."""
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -142,8 +144,10 @@ class EnvironmentConfigError(ValueError):
     does not implement :class:`Environment`."""
 
 
+@cache
 def available() -> dict[str, Any]:
-    """Installed environments by name (entry points, not yet loaded)."""
+    """Installed environments by name (entry points, not yet loaded), scanned once per process: a scan costs
+    milliseconds, and every submission asks. A plugin installed later is seen after a restart."""
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 

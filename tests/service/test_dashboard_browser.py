@@ -20,7 +20,7 @@ import httpx
 import pytest
 from filelock import FileLock
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException, WebDriverException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
@@ -181,7 +181,8 @@ def test_the_job_page_follows_a_training_job_live_in_chromium(server, browser, a
     job = httpx.post(f"{base}/v1/jobs", json=SPEC, headers=headers, timeout=30)
     assert job.status_code == 201, job.text
     job_id = job.json()["id"]
-    wait = WebDriverWait(browser, WAIT_S, poll_frequency=0.25)
+    # A live page replaces what it updates: an element found a moment ago may be gone by the time it is read.
+    wait = WebDriverWait(browser, WAIT_S, poll_frequency=0.25, ignored_exceptions=(StaleElementReferenceException,))
     try:
         browser.get(f"{base}/ui/jobs/{job_id}")  # no cookie yet: the login form, which returns to the job
         wait.until(EC.presence_of_element_located((By.NAME, "token"))).send_keys(token)
@@ -240,9 +241,9 @@ def test_the_job_page_follows_a_training_job_live_in_chromium(server, browser, a
 
     browser.set_window_size(1280, 900)
     browser.get(f"{base}/ui")
-    row = wait.until(EC.presence_of_element_located((By.XPATH, f'//a[@href="/ui/jobs/{job_id}"]/ancestor::tr')))
-    assert row.find_element(By.CSS_SELECTOR, "svg.spark polyline.val").get_attribute("points")
-    assert "cancelled" in row.text
+    row = f'//a[@href="/ui/jobs/{job_id}"]/ancestor::tr'
+    wait.until(lambda d: d.find_element(By.XPATH, row).find_element(By.CSS_SELECTOR, "svg.spark polyline.val").get_attribute("points"))
+    assert "cancelled" in wait.until(lambda d: d.find_element(By.XPATH, row).text)
     browser.save_screenshot(str(ARTIFACT.with_name("dashboard-jobs.png")))
 
     kept = {"artsvc_session": session_cookie["value"]}

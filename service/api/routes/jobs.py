@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request, Response
@@ -66,8 +65,8 @@ def submit_job(
     """Queue a training job. A retry with the same `Idempotency-Key` returns the first job (with header
     `Idempotent-Replayed: true`); the same key with a different spec is refused with 409. A client token is held to
     the backends, base models and queue length the operator allows (422, 429); every token to the per-job limits."""
-    if spec.environment not in installed_environments():
-        names = ", ".join(installed_environments()) or "none"
+    if spec.environment not in environments.available():
+        names = ", ".join(sorted(environments.available())) or "none"
         raise HTTPException(422, f"environment: unknown environment {spec.environment!r}; installed: {names}")
     try:
         env = environments.load(spec.environment, spec.environment_args)  # constructors are cheap by contract
@@ -161,12 +160,6 @@ def get_manifest(job_id: str, session: SessionDep, caller: CallerDep) -> dict[st
     if job.manifest is None:
         raise HTTPException(404, f"job {job.id} has no manifest yet")
     return job.manifest
-
-
-@lru_cache(maxsize=1)
-def installed_environments() -> tuple[str, ...]:
-    """Names of the installed environments, read once: scanning entry points costs milliseconds a request."""
-    return tuple(sorted(environments.available()))
 
 
 def _create_once(

@@ -23,8 +23,10 @@ raise RuntimeError("needs a GPU this machine does not have")
 @pytest.fixture
 def fresh_catalog():
     environments_route.catalog.cache_clear()
+    environments.available.cache_clear()  # a plugin the test installs is seen, as after a restart
     yield
     environments_route.catalog.cache_clear()
+    environments.available.cache_clear()
 
 
 @pytest.fixture
