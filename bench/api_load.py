@@ -1,6 +1,6 @@
 """Benchmark: API latency under load on loopback while a job trains.
 
-Starts ``artsvc serve`` (API plus its in-process worker, SQLite) in a subprocess, creates a
+Starts ``artsvc serve`` (API plus its worker process, SQLite) in a subprocess, creates a
 client token, submits a math job that trains for the whole measurement, waits for its first
 step, then runs 50 concurrent clients (this process, asyncio + httpx, one connection each),
 each doing ``--requests`` rounds of ``GET /v1/jobs/{id}`` with one ``POST /v1/jobs`` every
@@ -29,8 +29,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 sys.path.insert(0, str(ROOT / "bench"))
-from env_rl import machine  # noqa: E402
-from service_overhead import free_port, wait_until_serving  # noqa: E402
+from env_rl import machine
+from service_overhead import free_port, wait_until_serving
 
 TRAINING_SPEC = {
     "environment": "math",
@@ -45,7 +45,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def client(base: str, token: str, job_id: str, rounds: int, latencies: dict[str, list[float]], errors: list[str]) -> None:
+async def client(
+    base: str, token: str, job_id: str, rounds: int, latencies: dict[str, list[float]], errors: list[str]
+) -> None:
     headers = {"Authorization": f"Bearer {token}"}
     async with httpx.AsyncClient(base_url=base, headers=headers, timeout=60) as http:
         for i in range(rounds):
@@ -97,7 +99,11 @@ def main() -> None:
         env.pop("ARTSVC_DATABASE_URL", None)
         subprocess.run([sys.executable, "-m", "service", "db", "upgrade"], env=env, check=True, capture_output=True)
         created = subprocess.run(
-            [sys.executable, "-m", "service", "token", "create", "--role", "client"], env=env, check=True, capture_output=True, text=True
+            [sys.executable, "-m", "service", "token", "create", "--role", "client"],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
         )
         token = created.stdout.strip().splitlines()[-1]
         port = free_port()
@@ -109,7 +115,9 @@ def main() -> None:
         headers = {"Authorization": f"Bearer {token}"}
         try:
             wait_until_serving(base)
-            job = httpx.post(f"{base}/v1/jobs", json=TRAINING_SPEC, headers=headers, timeout=10).raise_for_status().json()
+            job = (
+                httpx.post(f"{base}/v1/jobs", json=TRAINING_SPEC, headers=headers, timeout=10).raise_for_status().json()
+            )
             while job["step"] < 1:  # training, not just starting up
                 time.sleep(0.5)
                 job = httpx.get(f"{base}/v1/jobs/{job['id']}", headers=headers, timeout=10).raise_for_status().json()

@@ -1,9 +1,8 @@
-"""The FastAPI application: store, auth, routers, limits, metrics, and optionally a worker.
+"""The FastAPI application: store, auth, routers, limits, metrics. It trains nothing: worker processes do
+(``artsvc serve`` runs them as its children, service/worker/supervisor.py, or ``artsvc worker`` apart).
 
 ``create_app`` refuses to start against an unmigrated database (StoreError saying to run
-``artsvc db upgrade``). With ``run_worker`` the app trains jobs in-process (the embedded
-default of ``artsvc serve``), on an engine of its own so a flood of requests cannot starve its
-writes; otherwise separate ``artsvc worker`` processes do.
+``artsvc db upgrade``).
 
 Connections and threads are sized together: the pool holds ``db_pool_size + db_max_overflow``
 connections and sync routes and dependencies run on as many threads (anyio's default limiter, set
@@ -16,7 +15,6 @@ caps of their own (service/api/routes/events.py).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -34,7 +32,7 @@ from service.settings import Settings, get_settings
 from service.store import db as store_db
 
 
-def create_app(settings: Settings | None = None, *, engine: Engine | None = None, run_worker: bool = False) -> FastAPI:
+def create_app(settings: Settings | None = None, *, engine: Engine | None = None) -> FastAPI:
     settings = settings or get_settings()
     engine = engine or store_db.make_engine(
         settings.resolved_database_url,
@@ -49,25 +47,9 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.db_pool_size + settings.db_max_overflow
-        if not run_worker:
-            yield
-            app.state.inference.close()
-            health_engine.dispose()
-            return
-        from service.worker import Worker  # imports torch and ART: only when this process trains
-
-        worker_engine = store_db.make_engine(url)
-        stop = asyncio.Event()
-        task = asyncio.create_task(Worker(worker_engine, settings).run(stop))
-        app.state.worker_task = task
-        try:
-            yield
-        finally:
-            stop.set()
-            app.state.inference.close()
-            await task
-            worker_engine.dispose()
-            health_engine.dispose()
+        yield
+        app.state.inference.close()
+        health_engine.dispose()
 
     app = FastAPI(
         title="artsvc",
@@ -93,4 +75,3 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     for module in (jobs, checkpoints, inference, evaluations, events, alerts, curves, environments, health, ui):
         app.include_router(module.router)
     return app
-
