@@ -3,7 +3,8 @@
 Training never shares the API's interpreter (service/worker/supervisor.py starts ``ARTSVC_WORKERS``
 ``artsvc worker`` children at a lower CPU priority and starts again any that dies). SIGTERM or Ctrl-C
 stops the workers first (each hands its jobs back at a step boundary), then the API; a second signal
-kills the workers and drops open connections. It never migrates: an unmigrated database is refused
+kills the workers and drops open connections. It imports the installed environments before it
+listens, as a submission needs them. It never migrates: an unmigrated database is refused
 with the command to run, so a deploy decides when the schema changes. Local single-user mode is
 refused beyond loopback.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import socket
 from collections.abc import Iterator
@@ -21,11 +23,13 @@ import typer
 import uvicorn
 from pydantic import ValidationError
 
+import environments
 from service.cli.app import app, console, fail, log_to_stderr
 from service.settings import Settings, get_settings
 from service.store.db import StoreError
 from service.worker.supervisor import Supervisor, worker_processes
 
+log = logging.getLogger(__name__)
 MAX_WORKERS = 64  # Settings.workers
 
 
@@ -58,6 +62,8 @@ def serve(
         application = create_app(settings)
     except StoreError as exc:
         raise fail(str(exc)) from None
+    log_to_stderr()
+    _import_environments()
     supervisor = worker_processes(settings)
     application.state.metrics_registry.register(supervisor)
     config = uvicorn.Config(
@@ -74,7 +80,6 @@ def serve(
         soft_wrap=True,
         highlight=False,
     )
-    log_to_stderr()
     with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
         runner.run(_serve(_Server(config), sock, supervisor))
 
@@ -111,6 +116,16 @@ async def _serve(server: uvicorn.Server, sock: socket.socket, supervisor: Superv
     finally:
         stop.set()
         await supervising
+
+
+def _import_environments() -> None:
+    """Import the installed environments before listening: a submission loads its job's environment, which imports
+    ART and torch, and the first one should not wait seconds for that while an operator watches."""
+    for name, entry in environments.available().items():
+        try:
+            entry.load()
+        except Exception as exc:  # noqa: BLE001 - a broken plugin must not keep the API down
+            log.warning("environment %s cannot be imported: %s: %s", name, type(exc).__name__, exc)
 
 
 def _settings(overrides: dict[str, Any]) -> Settings:

@@ -80,6 +80,7 @@ class Supervisor:
         self._hurry.set()
 
     def collect(self) -> Iterator[Metric]:
+        """For ``/metrics``: the children running now, and how many were started again after one died."""
         yield GaugeMetricFamily(
             "artsvc_worker_processes", "Worker processes `artsvc serve` runs.", value=len(self._running)
         )

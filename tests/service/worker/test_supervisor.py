@@ -1,5 +1,6 @@
 """``artsvc serve`` and the worker processes it supervises: how many it runs and at what priority, a worker killed
-with SIGKILL started again (its job resumed and finished), and SIGTERM handing the running job back on the way out.
+with SIGKILL started again (its job resumed and finished), SIGTERM handing the running job back on the way out, and
+workers stopping by themselves when serve is killed.
 Real processes, the API over loopback HTTP, the store a SQLite file: claims, takeovers and releases on PostgreSQL are
 tested in test_worker_processes.py and test_leases.py."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Callable, Iterator
 
 import httpx
@@ -130,3 +132,13 @@ def test_sigterm_to_serve_hands_the_running_job_back_at_a_step_boundary_and_ever
     assert_gone(pids)
     log = serve.log()
     assert all(f"(pid {pid}) stopped: exited with code 0" in log for pid in pids), log  # not killed: each let go
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(sys.platform != "linux", reason="a parent-death signal is Linux's")
+def test_the_workers_of_a_serve_killed_with_sigkill_stop_by_themselves(engine, start_serve):
+    serve = start_serve("--workers", "1")
+    wait_for(lambda: pids_of(engine, 1), what="a live worker", timeout=240, workers=(serve,))
+    serve.process.kill()
+    serve.process.wait()
+    wait_for(lambda: unstopped_pids(engine) == set(), what="the orphaned worker to stop", timeout=120)
