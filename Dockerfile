@@ -31,4 +31,6 @@ RUN pip install --no-deps -e . \
 USER artsvc
 VOLUME /data
 EXPOSE 8000
+# The API and ARTSVC_WORKERS (1) worker processes; on SIGTERM the workers checkpoint their current step first,
+# so give them time: `docker stop -t 120` (compose runs the workers as containers of their own instead).
 CMD ["artsvc", "serve", "--host", "0.0.0.0"]

@@ -2,7 +2,7 @@
 
 Runs the same math training (same seed, embedded backend, scenarios, sampling seeds and steps)
 twice, one after the other on an idle machine: as ``bench/plain_art.py`` (gather, train, log)
-and as a job submitted over HTTP to ``artsvc serve --local`` (its in-process worker records
+and as a job submitted over HTTP to ``artsvc serve --local`` (its worker process records
 steps, events, sampled rollouts and alerts in SQLite). Validation runs only at step 0 and the
 last step in the service and not at all in the plain script, so neither is counted: the
 compared number is the median wall time between consecutive step ends. The two runs must
@@ -14,6 +14,7 @@ produce the same reward at every step, or the comparison is void.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import socket
@@ -31,7 +32,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 sys.path.insert(0, str(ROOT / "bench"))
-from env_rl import machine  # noqa: E402
+from env_rl import machine
 
 
 def free_port() -> int:
@@ -52,11 +53,20 @@ def wait_until_serving(base: str, *, attempts: int = 600) -> None:
 
 def intervals(ends: list[float]) -> list[float]:
     """Step-to-step wall times, without the first step (it follows validation in the service)."""
-    return [b - a for a, b in zip(ends, ends[1:])]
+    return [b - a for a, b in itertools.pairwise(ends)]
 
 
 def run_plain(data_dir: Path, steps: int, seed: int) -> dict:
-    command = [sys.executable, str(ROOT / "bench" / "plain_art.py"), "--data-dir", str(data_dir), "--steps", str(steps), "--seed", str(seed)]
+    command = [
+        sys.executable,
+        str(ROOT / "bench" / "plain_art.py"),
+        "--data-dir",
+        str(data_dir),
+        "--steps",
+        str(steps),
+        "--seed",
+        str(seed),
+    ]
     completed = subprocess.run(command, capture_output=True, text=True, check=False)
     if completed.returncode != 0:
         sys.exit(f"plain ART script failed:\n{completed.stderr[-3000:]}")
@@ -121,7 +131,9 @@ def main() -> None:
     (RESULTS / "service_overhead.json").write_text(json.dumps(result, indent=2) + "\n")
     print("| steps | plain ART s/step (median) | service s/step (median) | ratio | same rewards every step | machine |")
     print("| --- | --- | --- | --- | --- | --- |")
-    print(f"| {args.steps} | {plain_step:.3f} | {service_step:.3f} | {service_step / plain_step:.3f} | {same} | {machine()} |")
+    print(
+        f"| {args.steps} | {plain_step:.3f} | {service_step:.3f} | {service_step / plain_step:.3f} | {same} | {machine()} |"
+    )
 
 
 if __name__ == "__main__":

@@ -29,7 +29,9 @@ def is_loopback(host: str) -> bool:
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ARTSVC_", env_file=".env", extra="ignore")
 
-    data_dir: Path = Field(Path(".artsvc"), description="Checkpoints, caches and the default SQLite database live here.")
+    data_dir: Path = Field(
+        Path(".artsvc"), description="Checkpoints, caches and the default SQLite database live here."
+    )
     database_url: str | None = Field(
         None, description="SQLAlchemy URL of the store; default: a SQLite file artsvc.db in data_dir."
     )
@@ -44,6 +46,23 @@ class Settings(BaseSettings):
     token: str | None = Field(None, description="Bearer token `artsvc submit` and `artsvc watch` send.")
     max_body_bytes: int = Field(64 * 1024, gt=0, description="Largest request body the API accepts (413 beyond).")
 
+    workers: int = Field(
+        1, ge=0, le=64, description="Worker processes `artsvc serve` starts, and starts again when one dies (0: none)."
+    )
+    worker_nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="CPU niceness `artsvc serve` adds to its workers, so requests stay fast while "
+        "jobs train (0: the API's priority).",
+    )
+    worker_grace_s: float = Field(
+        120.0,
+        gt=0,
+        le=3600,
+        description="How long `artsvc serve` waits on shutdown for its workers to finish or "
+        "checkpoint their current step before it kills them.",
+    )
     worker_concurrency: int = Field(1, gt=0, le=64, description="Jobs one worker trains at once.")
     poll_seconds: float = Field(1.0, gt=0, description="How often an idle worker looks for queued jobs.")
     trajectories_per_step: int = Field(8, ge=0, le=1024, description="Rollouts kept per step for operators to read.")
@@ -55,11 +74,16 @@ class Settings(BaseSettings):
         description="Judge models jobs may name, comma-separated litellm names (e.g. openai/gpt-4o-mini); none: no judged jobs.",
     )
     judge_api_base: str | None = Field(
-        None, description="OpenAI-compatible endpoint of the judges; unset, litellm's provider variables (OPENAI_BASE_URL...)."
+        None,
+        description="OpenAI-compatible endpoint of the judges; unset, litellm's provider variables (OPENAI_BASE_URL...).",
     )
     judge_api_key: SecretStr | None = Field(None, description="Key for judge_api_base; unset, the provider's variable.")
-    judge_timeout_s: float = Field(60.0, gt=0, le=3600, description="Seconds one judge call may take before it is retried.")
-    judge_max_retries: int = Field(4, ge=0, le=20, description="Retries of a judge call (timeouts, 429, 5xx, malformed).")
+    judge_timeout_s: float = Field(
+        60.0, gt=0, le=3600, description="Seconds one judge call may take before it is retried."
+    )
+    judge_max_retries: int = Field(
+        4, ge=0, le=20, description="Retries of a judge call (timeouts, 429, 5xx, malformed)."
+    )
     judge_concurrency: int = Field(4, gt=0, le=256, description="Judge calls one job may have out at once.")
     judge_backoff_s: float = Field(1.0, ge=0, le=60, description="First wait before retrying a judge call; it doubles.")
 
@@ -71,17 +95,24 @@ class Settings(BaseSettings):
     baseline_api_base: str | None = Field(
         None, description="OpenAI-compatible endpoint serving the baseline models; unset, the provider's own (litellm)."
     )
-    baseline_api_key: SecretStr | None = Field(None, description="Key for baseline_api_base; unset, the provider's variable.")
+    baseline_api_key: SecretStr | None = Field(
+        None, description="Key for baseline_api_base; unset, the provider's variable."
+    )
 
     # Tenants (issue 13): what one client token may ask of this server. Operators' tokens are bound only by the
     # per-job limits. Each refusal is a 429 or 422 naming the setting.
     tenant_max_queued_jobs: int = Field(
-        20, ge=0, le=100_000, description="Queued jobs and evaluations one client may have waiting at once (429 beyond)."
+        20,
+        ge=0,
+        le=100_000,
+        description="Queued jobs and evaluations one client may have waiting at once (429 beyond).",
     )
     tenant_max_running_jobs: int = Field(
         2, ge=1, le=10_000, description="Jobs of one client that workers run at once; the rest wait in the queue."
     )
-    max_steps_per_job: int = Field(10_000, ge=1, le=100_000, description="Largest training.max_steps a job may ask for.")
+    max_steps_per_job: int = Field(
+        10_000, ge=1, le=100_000, description="Largest training.max_steps a job may ask for."
+    )
     max_rollouts_per_job: int = Field(
         2_000_000, ge=1, le=10**9, description="Largest max_steps x groups_per_step x group_size a job may ask for."
     )
@@ -94,7 +125,10 @@ class Settings(BaseSettings):
         description="Base models client tokens may name beyond the environment's default, comma-separated; '*': any.",
     )
     max_attempts: int = Field(
-        3, ge=1, le=100, description="Claims of one job before it fails: a job that kills its worker is not retried forever."
+        3,
+        ge=1,
+        le=100,
+        description="Claims of one job before it fails: a job that kills its worker is not retried forever.",
     )
 
     # Code graders run only what the operator registered (entry-point group artsvc.graders, or this list).
@@ -102,7 +136,9 @@ class Settings(BaseSettings):
         default_factory=list,
         description="'module:function' python graders jobs may name, comma-separated, besides the artsvc.graders entry points.",
     )
-    grader_memory_mb: int = Field(512, ge=64, le=65_536, description="Address-space limit of one python-grader process.")
+    grader_memory_mb: int = Field(
+        512, ge=64, le=65_536, description="Address-space limit of one python-grader process."
+    )
     grader_processes: int = Field(4, ge=1, le=64, description="Python-grader processes one worker runs at once.")
 
     # Connections and overload: the pool, the request threads and the streams are sized together.
@@ -115,14 +151,22 @@ class Settings(BaseSettings):
         64, ge=1, le=10_000, description="Requests the API works on at once; beyond, 503 with Retry-After at once."
     )
     max_concurrent_requests_per_caller: int = Field(
-        16, ge=1, le=10_000, description="Requests one credential may have in progress at once (429 beyond), so one "
+        16,
+        ge=1,
+        le=10_000,
+        description="Requests one credential may have in progress at once (429 beyond), so one "
         "tenant's flood leaves the rest of max_concurrent_requests to the others.",
     )
     inference_max_tokens: int = Field(
-        512, ge=1, le=32_768, description="Largest max_tokens of POST /v1/chat/completions on a trained checkpoint, "
+        512,
+        ge=1,
+        le=32_768,
+        description="Largest max_tokens of POST /v1/chat/completions on a trained checkpoint, "
         "and what a request that names none gets (400 beyond).",
     )
-    max_event_streams: int = Field(256, ge=1, le=100_000, description="Live event streams the API serves at once (503 beyond).")
+    max_event_streams: int = Field(
+        256, ge=1, le=100_000, description="Live event streams the API serves at once (503 beyond)."
+    )
     max_event_streams_per_tenant: int = Field(
         32, ge=1, le=100_000, description="Live event streams one caller may hold open at once (429 beyond)."
     )
@@ -162,7 +206,9 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _refuse_open_local_mode(self) -> Settings:
         if self.local_mode and not is_loopback(self.host):
-            raise ValueError(f"local_mode serves every request as the operator; refusing it on non-loopback host {self.host!r}")
+            raise ValueError(
+                f"local_mode serves every request as the operator; refusing it on non-loopback host {self.host!r}"
+            )
         return self
 
     def refuse_reward(self, reward: RewardSpec) -> str | None:
@@ -176,7 +222,9 @@ class Settings(BaseSettings):
             from judges.graders import GraderConfigError, check_grader  # config models only: cheap to import
 
             try:
-                check_grader(reward.grader, allowed_models=set(self.judge_models), registry=self.code_graders().registry)
+                check_grader(
+                    reward.grader, allowed_models=set(self.judge_models), registry=self.code_graders().registry
+                )
             except GraderConfigError as exc:
                 return f"reward.grader: {exc}"
         return None

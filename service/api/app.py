@@ -1,14 +1,13 @@
-"""The FastAPI application: store, auth, routers, limits, metrics, and optionally a worker.
+"""The FastAPI application: store, auth, routers, limits, metrics. It trains nothing: worker processes do
+(``artsvc serve`` runs them as its children, service/worker/supervisor.py, or ``artsvc worker`` apart).
 
 ``create_app`` refuses to start against an unmigrated database (StoreError saying to run
-``artsvc db upgrade``). With ``run_worker`` the app trains jobs in-process (the embedded
-default of ``artsvc serve``), on an engine of its own so a flood of requests cannot starve its
-writes; otherwise separate ``artsvc worker`` processes do.
+``artsvc db upgrade``).
 
 Keyed reads (the caller's token, a job by id, a page of jobs) run on the event loop, on a connection of its
 own (``loop_engine``), whose statements give up after ``LOOP_READ_WAIT_S`` so the loop cannot stall for longer
-(service/api/deps.py says why). Connections and threads are sized together: the pool holds ``db_pool_size + db_max_overflow``
-connections and sync routes and dependencies run on as many threads (anyio's default limiter, set
+(service/api/deps.py says why). Connections and threads are sized together: the pool holds
+``db_pool_size + db_max_overflow`` connections and sync routes and dependencies run on as many threads (anyio's default limiter, set
 at startup), so a request thread normally finds a connection; ``/healthz`` has a connection of its
 own, so a busy pool never makes the server look dead. Chat completions on trained checkpoints run on one
 inference thread of their own (service/inference.py), never on the request threads. Requests past
@@ -18,7 +17,6 @@ caps of their own (service/api/routes/events.py).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -38,7 +36,7 @@ from service.store import db as store_db
 LOOP_READ_WAIT_S = 1.0  # the longest a keyed read may hold the event loop (a lock wait, a slow server)
 
 
-def create_app(settings: Settings | None = None, *, engine: Engine | None = None, run_worker: bool = False) -> FastAPI:
+def create_app(settings: Settings | None = None, *, engine: Engine | None = None) -> FastAPI:
     settings = settings or get_settings()
     engine = engine or store_db.make_engine(
         settings.resolved_database_url,
@@ -54,27 +52,10 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.db_pool_size + settings.db_max_overflow
-        if not run_worker:
-            yield
-            app.state.inference.close()
-            loop_engine.dispose()
-            health_engine.dispose()
-            return
-        from service.worker import Worker  # imports torch and ART: only when this process trains
-
-        worker_engine = store_db.make_engine(url)
-        stop = asyncio.Event()
-        task = asyncio.create_task(Worker(worker_engine, settings).run(stop))
-        app.state.worker_task = task
-        try:
-            yield
-        finally:
-            stop.set()
-            app.state.inference.close()
-            await task
-            worker_engine.dispose()
-            loop_engine.dispose()
-            health_engine.dispose()
+        yield
+        app.state.inference.close()
+        loop_engine.dispose()
+        health_engine.dispose()
 
     app = FastAPI(
         title="artsvc",
@@ -101,4 +82,3 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     for module in (jobs, checkpoints, inference, evaluations, events, alerts, curves, environments, health, ui):
         app.include_router(module.router)
     return app
-

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # ART's gather bars would fight the rich progress display
@@ -20,3 +21,9 @@ def fail(message: str) -> typer.Exit:
     """One red line on stderr and exit code 2: how every verb reports bad input."""
     console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True, highlight=False)
     return typer.Exit(code=2)
+
+
+def log_to_stderr() -> None:
+    """Warnings from everything and the workers' news (claims, releases, restarts) on stderr, with timestamps."""
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s", level=logging.WARNING)
+    logging.getLogger("service.worker").setLevel(logging.INFO)

@@ -1,53 +1,131 @@
-"""``artsvc serve``: the HTTP API, with an in-process worker unless ``--no-worker``.
+"""``artsvc serve``: the HTTP API in this process, and its workers as child processes it supervises.
 
-It never migrates: an unmigrated database is refused with the command to run, so a deploy
-decides when the schema changes. Local single-user mode is refused beyond loopback.
+Training never shares the API's interpreter (service/worker/supervisor.py starts ``ARTSVC_WORKERS``
+``artsvc worker`` children at a lower CPU priority and starts again any that dies). SIGTERM or Ctrl-C
+stops the workers first (each hands its jobs back at a step boundary), then the API; a second signal
+kills the workers and drops open connections. It imports the installed environments before it
+listens, as a submission needs them. It never migrates: an unmigrated database is refused
+with the command to run, so a deploy decides when the schema changes. Local single-user mode is
+refused beyond loopback.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import signal
 import socket
-from typing import Annotated, Any, Optional
+from collections.abc import Iterator
+from typing import Annotated, Any
 
 import typer
+import uvicorn
 from pydantic import ValidationError
 
+import environments
+from service.cli.app import app, console, fail, log_to_stderr
 from service.settings import Settings, get_settings
 from service.store.db import StoreError
+from service.worker.supervisor import Supervisor, worker_processes
 
-from service.cli.app import app, console, fail
+log = logging.getLogger(__name__)
+MAX_WORKERS = 64  # Settings.workers
 
 
 @app.command()
 def serve(
-    host: Annotated[Optional[str], typer.Option(help="Address to bind (default: ARTSVC_HOST or 127.0.0.1).")] = None,
-    port: Annotated[Optional[int], typer.Option(help="Port to bind, 0 for any (default: ARTSVC_PORT or 8000).")] = None,
-    worker: Annotated[bool, typer.Option("--worker/--no-worker", help="Train queued jobs in this process.")] = True,
+    host: Annotated[str | None, typer.Option(help="Address to bind (default: ARTSVC_HOST or 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port to bind, 0 for any (default: ARTSVC_PORT or 8000).")] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=0, max=MAX_WORKERS, help="Worker processes to run and restart (default: ARTSVC_WORKERS, else 1)."
+        ),
+    ] = None,
+    no_worker: Annotated[
+        bool, typer.Option("--no-worker", help="Run no worker, as --workers 0 (train with `artsvc worker` elsewhere).")
+    ] = False,
+    access_log: Annotated[
+        bool, typer.Option("--access-log", help="Log every request (off: /metrics has the latency histogram).")
+    ] = False,
     local: Annotated[bool, typer.Option("--local", help="Single-user mode without tokens (loopback only).")] = False,
 ) -> None:
-    """Serve the job API (JSON under /v1, docs at /docs)."""
-    import uvicorn
-
+    """Serve the job API (JSON under /v1, docs at /docs) and run its workers."""
     from service.api.app import create_app
 
-    overrides: dict[str, Any] = {"host": host, "port": port, "local_mode": True if local else None}
+    overrides: dict[str, Any] = {
+        "host": host, "port": port, "local_mode": True if local else None, "workers": 0 if no_worker else workers
+    }  # fmt: skip
     settings = _settings({name: value for name, value in overrides.items() if value is not None})
     try:
-        application = create_app(settings, run_worker=worker)
+        application = create_app(settings)
     except StoreError as exc:
         raise fail(str(exc)) from None
-    config = uvicorn.Config(application, host=settings.host, port=settings.port, log_level="info")
+    log_to_stderr()
+    _import_environments()
+    supervisor = worker_processes(settings)
+    application.state.metrics_registry.register(supervisor)
+    config = uvicorn.Config(
+        application, host=settings.host, port=settings.port, log_level="info", access_log=access_log
+    )
     sock = _listen(settings.host, settings.port, backlog=config.backlog)
     bound_port = sock.getsockname()[1]
     address = f"[{settings.host}]" if ":" in settings.host else settings.host
     mode = "local single-user mode, no tokens" if settings.local_mode else "bearer tokens"
+    count = settings.workers
+    workers_said = f"{count} worker process{'es' if count > 1 else ''}" if count else "no worker: run `artsvc worker`"
     console.print(
-        f"artsvc listening on http://{address}:{bound_port} (docs at /docs; {mode}; "
-        f"worker {'in-process' if worker else 'off: run `artsvc worker`'})",
+        f"artsvc listening on http://{address}:{bound_port} (docs at /docs; {mode}; {workers_said})",
         soft_wrap=True,
         highlight=False,
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
+        runner.run(_serve(_Server(config), sock, supervisor))
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, leaving SIGTERM and SIGINT to ``_serve``, which stops the workers before the API."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def _serve(server: uvicorn.Server, sock: socket.socket, supervisor: Supervisor) -> None:
+    """Serve and supervise until SIGTERM or Ctrl-C; then stop the workers, then the API."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def on_signal() -> None:
+        if stop.is_set():  # a second signal: quit now
+            supervisor.hurry()
+            server.force_exit = True
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+
+    async def workers_then_api() -> None:
+        await supervisor.run(stop)
+        server.should_exit = True
+
+    supervising = asyncio.create_task(workers_then_api())
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        stop.set()
+        await supervising
+
+
+def _import_environments() -> None:
+    """Import the installed environments before listening: a submission loads its job's environment, which imports
+    ART and torch, and the first one should not wait seconds for that while an operator watches."""
+    for name, entry in environments.available().items():
+        try:
+            entry.load()
+        except Exception as exc:  # noqa: BLE001 - a broken plugin must not keep the API down
+            log.warning("environment %s cannot be imported: %s: %s", name, type(exc).__name__, exc)
 
 
 def _settings(overrides: dict[str, Any]) -> Settings:

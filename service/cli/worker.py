@@ -3,22 +3,25 @@
 SIGTERM or Ctrl-C stops claiming and lets each running job finish or checkpoint its current
 step; its lease is released so another worker resumes it at once. A second signal quits now
 (the leases then expire, as after a crash, and other workers take the jobs over).
+
+``artsvc serve`` starts its workers with ``--supervised-by`` (its pid): such a worker lowers its
+CPU priority by ``ARTSVC_WORKER_NICE`` and, on Linux, gets SIGTERM when serve dies; a second
+signal changes nothing (serve kills it when its grace period is over).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from sqlalchemy.engine import Engine
 
+from service.cli.app import app, fail, log_to_stderr
 from service.settings import Settings, get_settings
 from service.store import db as store_db
-
-from service.cli.app import app, fail
+from service.worker.supervisor import settle_as_child
 
 MAX_CONCURRENCY = 64  # Settings.worker_concurrency
 
@@ -26,14 +29,19 @@ MAX_CONCURRENCY = 64  # Settings.worker_concurrency
 @app.command()
 def worker(
     concurrency: Annotated[
-        Optional[int],
+        int | None,
         typer.Option(
             min=1, max=MAX_CONCURRENCY, help="Jobs trained at once (default: ARTSVC_WORKER_CONCURRENCY, else 1)."
         ),
     ] = None,
+    supervised_by: Annotated[
+        int | None, typer.Option(hidden=True, help="The pid of the serve that started it.")
+    ] = None,
 ) -> None:
     """Train queued jobs until SIGTERM or Ctrl-C (the database must be migrated: `artsvc db upgrade`)."""
     settings = get_settings()
+    if supervised_by is not None and not settle_as_child(nice=settings.worker_nice, parent=supervised_by):
+        return  # serve is gone already
     if concurrency is not None:
         settings = settings.model_copy(update={"worker_concurrency": concurrency})
     try:
@@ -41,24 +49,24 @@ def worker(
         store_db.check_migrated(engine)
     except store_db.StoreError as exc:
         raise fail(str(exc)) from None
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s", level=logging.WARNING)
-    logging.getLogger("service.worker").setLevel(logging.INFO)
+    log_to_stderr()
     try:
-        asyncio.run(_run(engine, settings))
+        asyncio.run(_run(engine, settings, supervised=supervised_by is not None))
     except KeyboardInterrupt:  # a second Ctrl-C
         raise typer.Exit(130) from None
 
 
-async def _run(engine: Engine, settings: Settings) -> None:
-    from service.worker import Worker  # imports torch and ART: keep `artsvc --help` fast
+async def _run(engine: Engine, settings: Settings, *, supervised: bool) -> None:
+    from service.worker.runner import Worker  # imports torch and ART: keep `artsvc --help` fast
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 
     def shut_down() -> None:
         stop.set()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)  # the next signal acts as usual: quit now
+        if not supervised:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)  # the next signal acts as usual: quit now
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, shut_down)

@@ -1,5 +1,6 @@
 """The API as tests meet it: the real app on a migrated store (SQLite, then PostgreSQL), real tokens,
-an in-process client for plain request/response tests and a uvicorn server on loopback where it matters."""
+an in-process client for plain request/response tests and a uvicorn server on loopback where it matters;
+and worker processes (``artsvc worker``) on the same store where jobs must run."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from service.api.app import create_app
 from service.auth import create_token
 from service.settings import Settings
 from service.store.tables import Role
+from tests.service.processes import WorkerProcess, environment
 
 MAX_BODY_BYTES = 16 * 1024  # the tests' body limit, small enough to pass cheaply
 TINY_BASE_MODEL = "embedded/char-gpt-0.2m"  # the smallest policy, which tests train with client tokens too
@@ -77,3 +79,23 @@ def live_server(app) -> Iterator[str]:
     """The app served by uvicorn on a free loopback port; yields its base URL."""
     with serve(app) as (base, _):
         yield base
+
+
+@pytest.fixture
+def start_worker(engine, tmp_path) -> Iterator[Callable[..., WorkerProcess]]:
+    """``start_worker(*args, **env)``: a worker process on the test's store and data folder, with these arguments
+    and ``ARTSVC_*`` variables; any still running are killed at the end."""
+    started: list[WorkerProcess] = []
+
+    def start(*args: str, **env: str) -> WorkerProcess:
+        database_url = engine.url.render_as_string(hide_password=False)
+        env = environment(database_url=database_url, data_dir=tmp_path / "data", **env)
+        worker = WorkerProcess(*args, env=env, log_path=tmp_path / f"worker-{len(started) + 1}.log")
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        if worker.process.poll() is None:
+            worker.process.kill()
+            worker.process.wait()

@@ -48,7 +48,9 @@ def ensure_chromium() -> float | None:
             ["apt-get", "install", "-y", "--no-install-recommends", "chromium", "chromium-driver"],
         ):
             try:
-                done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=APT_TIMEOUT_S)
+                done = subprocess.run(
+                    command, check=False, env=env, capture_output=True, text=True, timeout=APT_TIMEOUT_S
+                )
             except (OSError, subprocess.TimeoutExpired) as exc:
                 raise RuntimeError(f"{' '.join(command)} could not run: {exc}") from None
             if done.returncode != 0:
@@ -93,7 +95,7 @@ def _free_port() -> int:
 
 @pytest.fixture
 def server(tmp_path) -> Iterator[tuple[str, str, Path]]:
-    """`artsvc serve` (bearer tokens, in-process worker) on a loopback port: its URL, a client token, its log."""
+    """`artsvc serve` (bearer tokens, one worker process) on a loopback port: its URL, a client token, its log."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ARTSVC_")}
     env.update(ARTSVC_DATA_DIR=str(tmp_path / "data"), ARTSVC_CLIENT_BASE_MODELS=SPEC["model"]["base_model"])
@@ -144,7 +146,7 @@ def attacker() -> Iterator[str]:
     posts to ``?target=``; yields its base URL."""
 
     class Page(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             target = self.path.split("?target=", 1)[-1]
             body = f'<form method="post" action="{target}"><button id="forge">win a prize</button></form>'.encode()
             self.send_response(200)

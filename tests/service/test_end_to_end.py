@@ -1,4 +1,4 @@
-"""A job through the whole service as a user runs it: `artsvc serve` (API + in-process worker),
+"""A job through the whole service as a user runs it: `artsvc serve` (the API and its worker process),
 `artsvc submit`, `artsvc watch`; it stops on plateau, and every number watch showed is in the store."""
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ SPEC = {
     "environment": "math",
     "model": {"base_model": "embedded/char-gpt-0.2m"},
     "training": {"warm_start_examples": 0, "max_steps": 20, "groups_per_step": 2, "group_size": 4},
-    "validation": {"every_n_steps": 2, "max_examples": 8, "patience": 1, "min_delta": 1.0},  # the first evaluation after step 0 plateaus
+    # the first evaluation after step 0 plateaus
+    "validation": {"every_n_steps": 2, "max_examples": 8, "patience": 1, "min_delta": 1.0},
 }
 VALIDATION_LINE = re.compile(r"step (\d+): val accuracy (\d\.\d{3}) \(greedy (\d\.\d{3})\)")
 
@@ -46,10 +47,19 @@ def test_a_job_submitted_over_http_stops_on_plateau_and_watch_shows_what_the_sto
             except httpx.TransportError:
                 time.sleep(0.2)
         (tmp_path / "spec.json").write_text(json.dumps(SPEC))
-        submitted = subprocess.run([*cli, "submit", str(tmp_path / "spec.json")], env=env, capture_output=True, text=True, timeout=120)
+        submitted = subprocess.run(
+            [*cli, "submit", str(tmp_path / "spec.json")],
+            check=False,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert submitted.returncode == 0, submitted.stderr
         job_id = submitted.stdout.strip().splitlines()[-1]
-        watched = subprocess.run([*cli, "watch", job_id, "--json"], env=env, capture_output=True, text=True, timeout=240)
+        watched = subprocess.run(
+            [*cli, "watch", job_id, "--json"], check=False, env=env, capture_output=True, text=True, timeout=240
+        )
     finally:
         server.terminate()
         server.wait(timeout=60)
@@ -60,10 +70,16 @@ def test_a_job_submitted_over_http_stops_on_plateau_and_watch_shows_what_the_sto
     engine = store_db.make_engine(f"sqlite:///{tmp_path / 'data' / 'artsvc.db'}")
     with Session(engine) as session:
         job = runs.get_job(session, job_id=job_id)
-        stored = [(p.step, round(p.accuracy, 3), round(p.greedy_accuracy, 3)) for p in runs.validation_points(session, job_id=job_id)]
+        stored = [
+            (p.step, round(p.accuracy, 3), round(p.greedy_accuracy, 3))
+            for p in runs.validation_points(session, job_id=job_id)
+        ]
         steps = [s.step for s in runs.steps(session, job_id=job_id)]
     engine.dispose()
-    assert job.status.value == final["status"] == "succeeded" and job.stop_reason.value == final["stop_reason"] == "plateau"
+    assert (
+        job.status.value == final["status"] == "succeeded"
+        and job.stop_reason.value == final["stop_reason"] == "plateau"
+    )
     assert shown == stored == [(0, *stored[0][1:]), (2, *stored[1][1:])]
     assert steps == [1, 2] and final["step"] == job.step == 2
     assert final["best_val_accuracy"] == job.best_val_accuracy and final["best_step"] == job.best_step

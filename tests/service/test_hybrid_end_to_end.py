@@ -1,4 +1,4 @@
-"""A hybrid job through the whole service: `artsvc serve --local` (API + in-process worker) trains the
+"""A hybrid job through the whole service: `artsvc serve --local` (the API and its worker process) trains the
 email agent on RULER rewards from a judge server on loopback, stops by its rules on the environment's
 ground truth, and reports the judge's tokens and cost through the API."""
 
@@ -50,7 +50,9 @@ def test_a_hybrid_email_job_runs_through_the_api_to_a_stop_with_judge_cost_in_it
                             break
                     except httpx.TransportError:
                         time.sleep(0.2)
-                refused = client.post("/v1/jobs", json={**SPEC, "reward": {"mode": "hybrid", "judge_model": "openai/o3"}})
+                refused = client.post(
+                    "/v1/jobs", json={**SPEC, "reward": {"mode": "hybrid", "judge_model": "openai/o3"}}
+                )
                 assert refused.status_code == 422 and "'openai/o3' is not a judge this server allows" in refused.text
                 job = client.post("/v1/jobs", json=SPEC).json()
                 deadline = time.monotonic() + 500

@@ -7,13 +7,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from fastapi.testclient import TestClient
 from sqlmodel import Session
 
-from service.api.app import create_app
-
 from service.store import events, runs
-from service.store.tables import JobStatus, Role
+from service.store.tables import Role
 from tests.databases import sqlite_only
 
 JOB_FIELDS = {
@@ -138,17 +135,16 @@ def test_cancelling_a_running_job_flags_it_once(client, auth, engine):
 
 
 @pytest.mark.timeout(600)
-def test_a_running_job_stops_at_a_step_boundary_when_cancelled(settings, engine, auth):
-    app = create_app(settings.model_copy(update={"poll_seconds": 0.1}), engine=engine, run_worker=True)
+def test_a_running_job_stops_at_a_step_boundary_when_cancelled(client, auth, start_worker):
     headers = auth()
-    with TestClient(app) as client:
-        job_id = submit(client, headers, TINY_LONG_JOB).json()["id"]
-        wait_until(lambda: client.get(f"/v1/jobs/{job_id}", headers=headers).json()["step"] >= 1, "a first step")
-        assert client.post(f"/v1/jobs/{job_id}/cancel", headers=headers).json()["cancel_requested"] is True
-        ended = wait_until(lambda: ended_job(client, headers, job_id), "the job to stop")
+    job_id = submit(client, headers, TINY_LONG_JOB).json()["id"]
+    start_worker()
+    wait_until(lambda: client.get(f"/v1/jobs/{job_id}", headers=headers).json()["step"] >= 1, "a first step")
+    assert client.post(f"/v1/jobs/{job_id}/cancel", headers=headers).json()["cancel_requested"] is True
+    ended = wait_until(lambda: ended_job(client, headers, job_id), "the job to stop")
     assert (ended["status"], ended["stop_reason"]) == ("cancelled", "cancelled")
     assert ended["step"] < TINY_LONG_JOB["training"]["max_steps"]
-    steps = [row["step"] for row in TestClient(app).get(f"/v1/jobs/{job_id}/metrics", headers=headers).json()["steps"]]
+    steps = [row["step"] for row in client.get(f"/v1/jobs/{job_id}/metrics", headers=headers).json()["steps"]]
     assert steps == list(range(1, ended["step"] + 1))  # every step it took is recorded, none after the stop
 
 

@@ -1,5 +1,5 @@
-"""``artsvc evaluate`` and ``artsvc compare`` as a user runs them: subprocesses against the real API on loopback, whose
-in-process worker runs the evaluations against a baseline model served on loopback."""
+"""``artsvc evaluate`` and ``artsvc compare`` as a user runs them: subprocesses against the real API on loopback, and a
+worker process that runs the evaluations against a baseline model served on loopback."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from service.api.app import create_app
 from service.settings import Settings
 from tests.databases import sqlite_only
 from tests.service.api import seeding
@@ -22,10 +21,11 @@ def settings(database_url, tmp_path) -> Settings:
                        baseline_models=["openai/sloppy", "openai/oracle"], baseline_api_base=api_base)  # fmt: skip
 
 
-@pytest.fixture
-def app(settings, engine):
-    """The API with its in-process worker, as `artsvc serve` runs it: evaluations get run."""
-    return create_app(settings, engine=engine, run_worker=True)
+@pytest.fixture(autouse=True)
+def worker(settings, start_worker):
+    """A worker process beside the API, as `artsvc serve` runs one, allowed the same baselines: evaluations get run."""
+    models = ",".join(settings.baseline_models)
+    return start_worker(ARTSVC_BASELINE_MODELS=models, ARTSVC_BASELINE_API_BASE=settings.baseline_api_base)
 
 
 @sqlite_only
@@ -35,7 +35,9 @@ def test_evaluate_queues_and_compare_gates_with_its_exit_code(live_server, engin
     ids = {}
     for model in ("sloppy", "oracle"):
         spec = tmp_path / f"{model}.json"
-        spec.write_text(json.dumps({"model": {"litellm": f"openai/{model}"}, "environment": "math", "max_examples": 30}))
+        spec.write_text(
+            json.dumps({"model": {"litellm": f"openai/{model}"}, "environment": "math", "max_examples": 30})
+        )
         result = artsvc("evaluate", str(spec), "--wait", cwd=tmp_path, **env)  # the server's worker runs it
         assert result.returncode == 0, result.stderr
         ids[model] = result.stdout.splitlines()[-1]
@@ -57,7 +59,9 @@ def test_evaluate_wait_follows_the_worker_to_the_summary(live_server, engine, tm
     _, headers = seeding.principal(engine)
     env = {"ARTSVC_API_URL": live_server, "ARTSVC_TOKEN": headers["Authorization"].removeprefix("Bearer ")}
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"model": {"litellm": "openai/sloppy"}, "environment": "math", "max_examples": 20, "n": 2}))
+    spec.write_text(
+        json.dumps({"model": {"litellm": "openai/sloppy"}, "environment": "math", "max_examples": 20, "n": 2})
+    )
     result = artsvc("evaluate", str(spec), "--wait", "--json", cwd=tmp_path, **env)
     assert result.returncode == 0, result.stderr
     evaluation = json.loads(result.stdout.splitlines()[-1])

@@ -1,4 +1,5 @@
-"""``artsvc serve``: refuses what it must (an unmigrated store, local mode beyond loopback), else serves the API."""
+"""``artsvc serve``: refuses what it must (an unmigrated store, local mode beyond loopback), else serves the API, with
+as many worker processes as asked (the workers themselves: tests/service/worker/test_supervisor.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ import sys
 
 import httpx
 import pytest
-from sqlmodel import Session
+from sqlmodel import Session, select
 
 from service.auth import create_token
 from service.store import db as store_db
-from service.store.tables import Role
-
+from service.store.tables import Role, WorkerRecord
+from tests.service.processes import children_of
 from tests.service.test_cli import artsvc
 
 
@@ -35,23 +36,25 @@ def test_local_mode_beyond_loopback_is_refused(tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_it_serves_the_api_where_it_says_and_stops_gracefully(tmp_path):
+@pytest.mark.parametrize("access_log", [False, True])
+def test_it_serves_the_api_where_it_says_without_workers_and_stops_gracefully(access_log, tmp_path):
     url = f"sqlite:///{tmp_path / 'data' / 'artsvc.db'}"
     store_db.upgrade(url)
     engine = store_db.make_engine(url)
     with Session(engine) as session:
         _, token = create_token(session, role=Role.client, name="serve test")
         session.commit()
-    engine.dispose()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ARTSVC_")}
     env["ARTSVC_DATA_DIR"] = str(tmp_path / "data")
     command = [sys.executable, "-m", "service", "serve", "--port", "0", "--no-worker"]
-    server = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    command += ["--access-log"] if access_log else []
+    server = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         announced = ""
         while "listening on" not in announced:
             announced = server.stderr.readline()
             assert announced, "artsvc serve exited before listening"
+        assert "no worker: run `artsvc worker`" in announced
         url = announced.split("listening on ")[1].split()[0]
         assert url.startswith("http://127.0.0.1:")
         headers = {"Authorization": f"Bearer {token}"}
@@ -60,8 +63,15 @@ def test_it_serves_the_api_where_it_says_and_stops_gracefully(tmp_path):
         listed = httpx.get(f"{url}/v1/jobs", headers=headers, timeout=30).json()["data"]
         assert [j["id"] for j in listed] == [job.json()["id"]]
         assert httpx.get(f"{url}/v1/jobs", timeout=30).status_code == 401
+        health = httpx.get(f"{url}/healthz", timeout=30).json()
+        assert (health["status"], health["workers"]["alive"]) == ("degraded", 0)
+        assert children_of(server.pid) == set()  # any worker would have been started before the API answered
     finally:
         server.send_signal(signal.SIGTERM)
-        _, rest = server.communicate(timeout=60)
-    assert "Application shutdown complete" in rest  # a graceful stop; uvicorn then re-raises the signal
-    assert server.returncode in (0, -signal.SIGTERM)
+        printed, rest = server.communicate(timeout=60)
+    assert "Application shutdown complete" in rest  # a graceful stop
+    assert server.returncode == 0
+    with Session(engine) as session:
+        assert session.exec(select(WorkerRecord)).all() == []
+    engine.dispose()
+    assert ('"GET /v1/jobs HTTP/1.1" 200' in printed) is access_log  # one line a request only when asked

@@ -23,7 +23,8 @@ from service.store.events import events_after
 from service.store.tables import Job, JobStatus
 from service.training.control import JobHooks, LeaseLost
 from service.training.loop import run_job
-from service.worker import Worker, leases
+from service.worker import leases
+from service.worker.runner import Worker
 from tests.json_server import json_server
 from tests.service.policy_server import reply
 from tests.service.worker.conftest import TINY_JOB, load_job, submit
@@ -33,7 +34,9 @@ BASELINE = "openai/sloppy"
 
 def claim(engine, worker_id: str) -> Job:
     with Session(engine, expire_on_commit=False) as session:
-        job = leases.claim_next(session, worker_id=worker_id, lease_seconds=60, max_running_per_tenant=1, max_attempts=3)
+        job = leases.claim_next(
+            session, worker_id=worker_id, lease_seconds=60, max_running_per_tenant=1, max_attempts=3
+        )
         session.commit()
     assert job is not None
     return job
@@ -79,7 +82,9 @@ async def test_a_worker_whose_lease_was_taken_over_mid_job_writes_nothing_and_le
         assert [s.step for s in runs.steps(session, job_id=job_id)] == [1]  # step 2 of worker A was dropped
     assert "finished" not in event_kinds(engine, job_id)  # nothing marked: the job is worker B's
 
-    ended = await run_job(job_id, db=engine, data_dir=tmp_path / "data", hooks=JobHooks(holds_job=fence(job_id, "worker-b")))
+    ended = await run_job(
+        job_id, db=engine, data_dir=tmp_path / "data", hooks=JobHooks(holds_job=fence(job_id, "worker-b"))
+    )
     assert ended.status is JobStatus.succeeded and ended.step == 4 and ended.error is None
     with Session(engine) as session:
         assert [s.step for s in runs.steps(session, job_id=job_id)] == [1, 2, 3, 4]
@@ -151,8 +156,10 @@ async def test_a_worker_shutting_down_stops_an_evaluation_at_its_next_rollout_an
         worker = Worker(engine, settings_for(tmp_path, api_base), worker_id="test-worker")
         stop = asyncio.Event()
         task = asyncio.create_task(worker.run(stop))
-        await until(lambda: task.done() or (waiting() > 0 and "progress" in event_kinds(engine, job_id)),
-                    what="progress recorded and a rollout waiting at the gate")
+        await until(
+            lambda: task.done() or (waiting() > 0 and "progress" in event_kinds(engine, job_id)),
+            what="progress recorded and a rollout waiting at the gate",
+        )
         stop.set()  # SIGTERM, while rollouts are in flight
         await asyncio.sleep(0.5)  # the worker sees it
         gate.set()  # the rollouts in flight end: the first to end is the boundary the evaluation stops at
@@ -173,9 +180,13 @@ async def test_an_evaluation_whose_lease_was_taken_over_stops_and_writes_nothing
     with gated_baseline(open_for=20) as (api_base, gate, waiting):
         hooks = JobHooks(holds_job=fence(job_id, "worker-a"))
         settings = settings_for(tmp_path, api_base)
-        task = asyncio.create_task(run_evaluation(job_id, db=engine, data_dir=settings.data_dir, settings=settings, hooks=hooks))
-        await until(lambda: task.done() or (waiting() > 0 and "progress" in event_kinds(engine, job_id)),
-                    what="progress recorded and a rollout waiting at the gate")
+        task = asyncio.create_task(
+            run_evaluation(job_id, db=engine, data_dir=settings.data_dir, settings=settings, hooks=hooks)
+        )
+        await until(
+            lambda: task.done() or (waiting() > 0 and "progress" in event_kinds(engine, job_id)),
+            what="progress recorded and a rollout waiting at the gate",
+        )
         take_over(engine, job_id, by="worker-b")
         gate.set()
         with pytest.raises(LeaseLost):  # at its next progress mark

@@ -12,9 +12,11 @@ from sqlmodel import Session
 from service.settings import Settings
 from service.store.events import events_after
 from service.store.tables import Job, JobStatus, StopReason, WorkerRecord
-from service.worker import Worker, leases
+from service.worker import leases
+from service.worker.runner import Worker
 from tests.databases import sqlite_only
-from tests.service.worker.conftest import LEASE_SECONDS, LONGER_JOB, TINY_JOB, history, load_job, submit
+from tests.service.processes import LEASE_SECONDS
+from tests.service.worker.conftest import LONGER_JOB, TINY_JOB, history, load_job, submit
 
 ENDED = (JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled)
 
@@ -66,7 +68,10 @@ async def test_a_worker_with_concurrency_2_trains_two_jobs_at_once(engine, tmp_p
 @sqlite_only  # a job's failure is the worker's business, not the database's
 async def test_a_failing_job_is_recorded_and_the_worker_goes_on_to_the_next(engine, tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    serverless = {**TINY_JOB, "model": {"base_model": "Qwen/Qwen2.5-0.5B-Instruct", "backend": "serverless"}}  # no WANDB_API_KEY
+    serverless = {
+        **TINY_JOB,
+        "model": {"base_model": "Qwen/Qwen2.5-0.5B-Instruct", "backend": "serverless"},
+    }  # no WANDB_API_KEY
     failing, fine = submit(engine, serverless), submit(engine, TINY_JOB)
     await _run_until(_worker(engine, tmp_path), lambda: _all_ended(engine, [failing, fine]))
     failed = load_job(engine, failing)

@@ -6,52 +6,20 @@ import os
 import signal
 
 import pytest
-import pytest_asyncio
 from sqlmodel import Session, select
 
-from service.store import db as store_db
-from service.store.tables import JobStatus, StopReason, WorkerRecord
-from service.training.loop import run_job
+from service.store.tables import JobStatus, WorkerRecord
 from tests.databases import sqlite_only
-from tests.service.worker.conftest import LONGER_JOB, history, load_job, submit, wait_for
-
-ENDED = (JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled)
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def reference(tmp_path_factory):
-    """The history of LONGER_JOB trained without interruption (same seed: the same numbers)."""
-    root = tmp_path_factory.mktemp("reference")
-    url = f"sqlite:///{root / 'store.db'}"
-    store_db.upgrade(url)
-    engine = store_db.make_engine(url)
-    job_id = submit(engine, LONGER_JOB)
-    await run_job(job_id, db=engine, data_dir=root / "data")
-    yield history(engine, job_id)
-    engine.dispose()
-
-
-def _steps_recorded(engine, job_id: str, at_least: int) -> bool:
-    if len(history(engine, job_id)[0]) >= at_least:
-        return True
-    if (job := load_job(engine, job_id)).status in ENDED:  # it will record no more: fail now, not at the timeout
-        pytest.fail(f"the job ended after {job.step} steps: {job.status.value}: {job.error}")
-    return False
-
-
-def _ended(engine, job_id: str):
-    job = load_job(engine, job_id)
-    return job if job.status in ENDED else None
-
-
-def _assert_finished_like_the_reference(engine, job_id: str, reference, *, attempts: int) -> None:
-    job = load_job(engine, job_id)
-    assert job.status is JobStatus.succeeded and job.stop_reason is StopReason.max_steps, job.error
-    steps, points = history(engine, job_id)
-    assert [s[0] for s in steps] == list(range(1, 9))  # no gap, no duplicate
-    assert [p[0] for p in points] == [0, 2, 4, 6, 8]
-    assert (steps, points) == reference  # resumed at the right step with the same scenarios and seeds
-    assert job.attempts == attempts and job.worker_id is None and job.lease_expires_at is None
+from tests.service.worker.conftest import (
+    LONGER_JOB,
+    assert_finished_like_the_reference,
+    ended,
+    history,
+    load_job,
+    steps_recorded,
+    submit,
+    wait_for,
+)
 
 
 @pytest.mark.timeout(600)
@@ -60,15 +28,15 @@ def test_a_killed_worker_s_job_is_taken_over_and_finished_without_lost_or_duplic
 ):
     job_id = submit(engine, LONGER_JOB)
     doomed = start_worker()
-    wait_for(lambda: _steps_recorded(engine, job_id, 2), what="2 recorded steps", timeout=180, workers=(doomed,))
+    wait_for(lambda: steps_recorded(engine, job_id, 2), what="2 recorded steps", timeout=180, workers=(doomed,))
     os.kill(doomed.process.pid, signal.SIGKILL)
     doomed.process.wait()
     held = load_job(engine, job_id)
     assert held.status is JobStatus.running and held.attempts == 1  # the dead worker's lease still stands
 
     successor = start_worker()
-    wait_for(lambda: _ended(engine, job_id), what="the job's end", timeout=240, workers=(successor,))
-    _assert_finished_like_the_reference(engine, job_id, reference, attempts=2)
+    wait_for(lambda: ended(engine, job_id), what="the job's end", timeout=240, workers=(successor,))
+    assert_finished_like_the_reference(engine, job_id, reference, attempts=2)
     assert load_job(engine, job_id).step == 8
 
 
@@ -77,7 +45,7 @@ def test_a_killed_worker_s_job_is_taken_over_and_finished_without_lost_or_duplic
 def test_sigterm_checkpoints_the_current_step_and_hands_the_job_back(engine, start_worker, reference):
     job_id = submit(engine, LONGER_JOB)
     first = start_worker()
-    wait_for(lambda: _steps_recorded(engine, job_id, 2), what="2 recorded steps", timeout=180, workers=(first,))
+    wait_for(lambda: steps_recorded(engine, job_id, 2), what="2 recorded steps", timeout=180, workers=(first,))
     first.process.send_signal(signal.SIGTERM)
     assert first.process.wait(timeout=120) == 0, first.log()
 
@@ -91,7 +59,7 @@ def test_sigterm_checkpoints_the_current_step_and_hands_the_job_back(engine, sta
         assert record.stopped_at is not None and record.running_jobs == 0
 
     second = start_worker()
-    wait_for(lambda: _ended(engine, job_id), what="the job's end", timeout=240, workers=(second,))
-    _assert_finished_like_the_reference(engine, job_id, reference, attempts=1)  # the release gave its claim back
+    wait_for(lambda: ended(engine, job_id), what="the job's end", timeout=240, workers=(second,))
+    assert_finished_like_the_reference(engine, job_id, reference, attempts=1)  # the release gave its claim back
     second.process.send_signal(signal.SIGTERM)
     assert second.process.wait(timeout=60) == 0, second.log()

@@ -1,0 +1,153 @@
+"""Worker processes as children of ``artsvc serve``: started, started again when they die, stopped on shutdown.
+
+Training never shares the API's interpreter: each child runs ``artsvc worker`` (service/cli/worker.py) on the store
+and data folder the API resolved. A child that dies (an exit, a signal, kill -9) is started again after a pause that
+doubles with each death (1 s up to a minute), so a worker that cannot start does not spin; a child that ran a minute
+before dying was healthy, and its successor waits only the first pause. Its jobs' leases expire and the next worker
+resumes them from their last checkpoint. Stopping sends SIGTERM to every child (each finishes or checkpoints its
+current step and hands its jobs back), waits up to the grace period, then SIGKILLs what is left.
+
+The children yield the CPU to the API (``settle_as_child``: a higher niceness), so requests stay fast while jobs
+train, and on Linux they get SIGTERM when their supervisor dies, so a killed ``serve`` leaves no worker behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+FIRST_PAUSE_S = 1.0  # before starting a dead child's successor; doubles with each death
+MAX_PAUSE_S = 60.0
+HEALTHY_S = 60.0  # a child that ran this long was healthy: its successor waits only FIRST_PAUSE_S
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def worker_processes(settings: Settings) -> Supervisor:
+    """``settings.workers`` children running ``artsvc worker`` on this process's store and data folder (command-line
+    overrides included), each told this process's pid so it can settle as a child."""
+    command = [sys.executable, "-m", "service", "worker", "--supervised-by", str(os.getpid())]
+    env = {
+        **os.environ,
+        "ARTSVC_DATABASE_URL": settings.resolved_database_url,
+        "ARTSVC_DATA_DIR": str(settings.data_dir.resolve()),
+    }
+    return Supervisor(command, count=settings.workers, env=env, grace_s=settings.worker_grace_s)
+
+
+def settle_as_child(*, nice: int, parent: int) -> bool:
+    """What a supervised worker does first, before it starts any thread: lower its CPU priority by ``nice`` and, on
+    Linux, ask for SIGTERM when ``parent`` dies. False if ``parent`` is already gone (the worker should not start)."""
+    if nice:
+        os.nice(nice)
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    return os.getppid() == parent
+
+
+class Supervisor:
+    """Keeps ``count`` copies of ``command`` running as child processes until stopped; a Prometheus collector of
+    how many run and how many were started again after dying."""
+
+    def __init__(self, command: Sequence[str], *, count: int, env: Mapping[str, str], grace_s: float) -> None:
+        self.command = list(command)
+        self.count = count
+        self.env = dict(env)
+        self.grace_s = grace_s
+        self.restarts = 0
+        self._running: dict[int, asyncio.subprocess.Process] = {}  # by worker number, 1 to count
+        self._hurry = asyncio.Event()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Start the children and start again any that dies, until ``stop`` is set; then stop them all (SIGTERM,
+        SIGKILL after ``grace_s`` or ``hurry()``) and return once none is left."""
+        await asyncio.gather(stop.wait(), *(self._keep(number, stop) for number in range(1, self.count + 1)))
+
+    def hurry(self) -> None:
+        """Kill the children now instead of waiting out the grace period (a second Ctrl-C)."""
+        self._hurry.set()
+
+    def collect(self) -> Iterator[Metric]:
+        """For ``/metrics``: the children running now, and how many were started again after one died."""
+        yield GaugeMetricFamily(
+            "artsvc_worker_processes", "Worker processes `artsvc serve` runs.", value=len(self._running)
+        )
+        yield CounterMetricFamily(
+            "artsvc_worker_restarts",
+            "Worker processes `artsvc serve` started again after one died.",
+            value=self.restarts,
+        )
+
+    async def _keep(self, number: int, stop: asyncio.Event) -> None:
+        pause = FIRST_PAUSE_S
+        while not stop.is_set():
+            started = time.monotonic()
+            ended = await self._run_one(number, stop)
+            if ended is None:
+                return
+            ran = time.monotonic() - started
+            if ran >= HEALTHY_S:
+                pause = FIRST_PAUSE_S
+            self.restarts += 1
+            log.warning("worker %d %s after %.0f s; starting another in %g s", number, ended, ran, pause)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), pause)
+            pause = min(2 * pause, MAX_PAUSE_S)
+
+    async def _run_one(self, number: int, stop: asyncio.Event) -> str | None:
+        """One child, until it ends (how it ended, in words) or ``stop`` is set (then it is stopped, and None)."""
+        try:
+            child = await asyncio.create_subprocess_exec(*self.command, env=self.env)
+        except OSError as exc:
+            return f"could not start: {exc}"
+        log.info("worker %d started: pid %d", number, child.pid)
+        self._running[number] = child
+        try:
+            if await _exited(child, stop):
+                return f"(pid {child.pid}) {_how(child.returncode)}"
+            await self._stop(number, child)
+            return None
+        finally:
+            del self._running[number]
+
+    async def _stop(self, number: int, child: asyncio.subprocess.Process) -> None:
+        _signal(child, signal.SIGTERM)
+        if not await _exited(child, self._hurry, timeout=self.grace_s):
+            log.warning("worker %d (pid %d) has not stopped: killing it", number, child.pid)
+            _signal(child, signal.SIGKILL)
+            await child.wait()
+        log.info("worker %d (pid %d) stopped: %s", number, child.pid, _how(child.returncode))
+
+
+async def _exited(child: asyncio.subprocess.Process, event: asyncio.Event, *, timeout: float | None = None) -> bool:
+    """Wait for ``child`` to end, or ``event`` to be set, or ``timeout``; whether it ended."""
+    waiters = [asyncio.ensure_future(child.wait()), asyncio.ensure_future(event.wait())]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+    return child.returncode is not None
+
+
+def _signal(child: asyncio.subprocess.Process, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+        child.send_signal(sig)
+
+
+def _how(returncode: int | None) -> str:
+    if returncode is not None and returncode < 0:
+        return f"was killed by {signal.Signals(-returncode).name}"
+    return f"exited with code {returncode}"

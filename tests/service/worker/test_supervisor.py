@@ -1,0 +1,144 @@
+"""``artsvc serve`` and the worker processes it supervises: how many it runs and at what priority, a worker killed
+with SIGKILL started again (its job resumed and finished), SIGTERM handing the running job back on the way out, and
+workers stopping by themselves when serve is killed.
+Real processes, the API over loopback HTTP, the store a SQLite file: claims, takeovers and releases on PostgreSQL are
+tested in test_worker_processes.py and test_leases.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+from sqlmodel import Session, col, select
+
+from service.store.tables import JobStatus, WorkerRecord
+from tests.databases import sqlite_only
+from tests.service.processes import ServeProcess, children_of, environment
+from tests.service.worker.conftest import (
+    LONGER_JOB,
+    assert_finished_like_the_reference,
+    ended,
+    history,
+    load_job,
+    steps_recorded,
+    wait_for,
+)
+
+pytestmark = sqlite_only
+NICE = 10  # Settings.worker_nice
+
+
+@pytest.fixture
+def start_serve(engine, tmp_path) -> Iterator[Callable[..., ServeProcess]]:
+    """``start_serve(*args)``: ``artsvc serve`` on the test's store; it and its workers are killed at the end if left."""
+    started: list[ServeProcess] = []
+
+    def start(*args: str) -> ServeProcess:
+        env = environment(database_url=engine.url.render_as_string(hide_password=False), data_dir=tmp_path / "data")
+        serve = ServeProcess(*args, env=env, log_path=tmp_path / f"serve-{len(started) + 1}.log")
+        started.append(serve)
+        return serve
+
+    yield start
+    for serve in started:
+        if serve.process.poll() is None:
+            for pid in children_of(serve.process.pid):
+                os.kill(pid, signal.SIGKILL)
+            serve.process.kill()
+            serve.process.wait()
+
+
+def unstopped_pids(engine) -> set[int]:
+    """The pids of the workers the store has not seen stop: the live ones, and any killed before it could say so."""
+    with Session(engine) as session:
+        return set(session.exec(select(WorkerRecord.pid).where(col(WorkerRecord.stopped_at).is_(None))).all())
+
+
+def pids_of(engine, count: int) -> set[int] | None:
+    """The unstopped workers' pids once there are ``count`` of them."""
+    pids = unstopped_pids(engine)
+    return pids if len(pids) == count else None
+
+
+def post_job(serve: ServeProcess) -> str:
+    response = httpx.post(f"{serve.url}/v1/jobs", json=LONGER_JOB, timeout=30)
+    assert response.status_code == 201, response.text
+    return response.json()["id"]
+
+
+def assert_gone(pids: set[int]) -> None:
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):  # reaped by serve, so not even a zombie
+            os.kill(pid, 0)
+
+
+@pytest.mark.timeout(300)
+def test_two_workers_run_as_children_of_serve_at_a_lower_cpu_priority_and_stop_with_it(engine, start_serve):
+    serve = start_serve("--workers", "2")
+    pids = wait_for(lambda: pids_of(engine, 2), what="2 live workers", timeout=240, workers=(serve,))
+    assert children_of(serve.process.pid) == pids
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    assert os.getpriority(os.PRIO_PROCESS, serve.process.pid) == ours  # the API keeps its priority
+    assert {os.getpriority(os.PRIO_PROCESS, pid) for pid in pids} == {min(ours + NICE, 19)}
+    health = httpx.get(f"{serve.url}/healthz", timeout=30).json()
+    assert (health["status"], health["workers"]["alive"]) == ("ok", 2)
+
+    serve.process.send_signal(signal.SIGTERM)
+    assert serve.process.wait(timeout=120) == 0, serve.log()
+    assert unstopped_pids(engine) == set(), serve.log()  # each recorded that it stopped
+    assert_gone(pids)
+
+
+@pytest.mark.timeout(600)
+def test_a_worker_killed_with_sigkill_is_started_again_and_its_job_resumes_and_finishes(engine, start_serve, reference):
+    serve = start_serve("--workers", "1")
+    job_id = post_job(serve)
+    wait_for(lambda: steps_recorded(engine, job_id, 2), what="2 recorded steps", timeout=240, workers=(serve,))
+    (doomed,) = unstopped_pids(engine)
+    assert children_of(serve.process.pid) == {doomed}
+    os.kill(doomed, signal.SIGKILL)
+
+    wait_for(lambda: ended(engine, job_id), what="the job's end", timeout=300, workers=(serve,))
+    assert_finished_like_the_reference(engine, job_id, reference, attempts=2)  # taken over after its lease lapsed
+    (successor,) = unstopped_pids(engine) - {doomed}  # the dead one never said it stopped: its record ages out
+    assert children_of(serve.process.pid) == {successor}
+    assert f"worker 1 (pid {doomed}) was killed by SIGKILL" in serve.log()
+    assert "artsvc_worker_restarts_total 1.0" in httpx.get(f"{serve.url}/metrics", timeout=30).text
+
+    serve.process.send_signal(signal.SIGTERM)
+    assert serve.process.wait(timeout=120) == 0, serve.log()
+
+
+@pytest.mark.timeout(600)
+def test_sigterm_to_serve_hands_the_running_job_back_at_a_step_boundary_and_every_worker_exits(
+    engine, start_serve, reference
+):
+    serve = start_serve("--workers", "2")
+    job_id = post_job(serve)
+    wait_for(lambda: steps_recorded(engine, job_id, 2), what="2 recorded steps", timeout=240, workers=(serve,))
+    pids = wait_for(lambda: pids_of(engine, 2), what="2 live workers", timeout=240, workers=(serve,))
+
+    serve.process.send_signal(signal.SIGTERM)
+    assert serve.process.wait(timeout=300) == 0, serve.log()
+    released = load_job(engine, job_id)
+    assert released.status is JobStatus.queued and released.worker_id is None and released.lease_expires_at is None
+    steps, _ = history(engine, job_id)
+    assert released.step >= 2 and steps == reference[0][: released.step]  # every step done so far, as it was
+    assert unstopped_pids(engine) == set()  # each recorded that it stopped
+    assert_gone(pids)
+    log = serve.log()
+    assert all(f"(pid {pid}) stopped: exited with code 0" in log for pid in pids), log  # not killed: each let go
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(sys.platform != "linux", reason="a parent-death signal is Linux's")
+def test_the_workers_of_a_serve_killed_with_sigkill_stop_by_themselves(engine, start_serve):
+    serve = start_serve("--workers", "1")
+    wait_for(lambda: pids_of(engine, 1), what="a live worker", timeout=240, workers=(serve,))
+    serve.process.kill()
+    serve.process.wait()
+    wait_for(lambda: unstopped_pids(engine) == set(), what="the orphaned worker to stop", timeout=120)
