@@ -96,6 +96,7 @@ def runtime() -> dict[str, Any]:
     """What decides a run's exact numbers besides its spec and seed: the libraries, torch's intra-op thread count
     (it splits the sums of every matrix product) and the CPU instructions its kernels use. The same runtime gives
     the same numbers to the last bit; another rounds differently, and the curve drifts (README, Results)."""
+    import os
     import platform
 
     import peft
@@ -108,6 +109,7 @@ def runtime() -> dict[str, Any]:
         "transformers": transformers.__version__,
         "peft": peft.__version__,
         "torch_threads": torch.get_num_threads(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "machine": platform.machine(),
     }

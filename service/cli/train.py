@@ -17,6 +17,7 @@ from rich.table import Table
 from sqlmodel import Session
 
 import environments
+from service.cpu import wait_passively
 from service.settings import Settings, get_settings
 from service.spec import JobSpec
 from service.store import db as store_db
@@ -108,6 +109,7 @@ def train(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on the last line.")] = False,
 ) -> None:
     """Train a policy on an environment and stop on validation plateau, target or max steps."""
+    wait_passively()  # before torch loads
     settings = get_settings()
     engine = _open_store(settings)
     with Session(engine, expire_on_commit=False) as session:

@@ -19,6 +19,7 @@ import typer
 from sqlalchemy.engine import Engine
 
 from service.cli.app import app, fail, log_to_stderr
+from service.cpu import wait_passively
 from service.settings import Settings, get_settings
 from service.store import db as store_db
 from service.worker.supervisor import settle_as_child
@@ -39,6 +40,7 @@ def worker(
     ] = None,
 ) -> None:
     """Train queued jobs until SIGTERM or Ctrl-C (the database must be migrated: `artsvc db upgrade`)."""
+    wait_passively()  # before torch loads
     settings = get_settings()
     if supervised_by is not None and not settle_as_child(nice=settings.worker_nice, parent=supervised_by):
         return  # serve is gone already

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from sqlmodel import Session, col, select
 
-from service.store.tables import JobStatus, WorkerRecord
+from service.store.tables import Job, JobStatus, WorkerRecord
 from tests.databases import sqlite_only
 from tests.service.processes import ServeProcess, children_of, environment
 from tests.service.worker.conftest import (
@@ -104,6 +104,8 @@ def test_a_worker_killed_with_sigkill_is_started_again_and_its_job_resumes_and_f
 
     wait_for(lambda: ended(engine, job_id), what="the job's end", timeout=300, workers=(serve,))
     assert_finished_like_the_reference(engine, job_id, reference, attempts=2)  # taken over after its lease lapsed
+    with Session(engine) as session:  # its torch threads slept while they waited, the API beside them (service/cpu.py)
+        assert session.get(Job, job_id).manifest["runtime"]["omp_wait_policy"] == "PASSIVE"
     (successor,) = unstopped_pids(engine) - {doomed}  # the dead one never said it stopped: its record ages out
     assert children_of(serve.process.pid) == {successor}
     assert f"worker 1 (pid {doomed}) was killed by SIGKILL" in serve.log()
