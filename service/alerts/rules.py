@@ -4,7 +4,7 @@ Each rule looks at the whole series and says where its condition *becomes* true,
 the same series again gives the same alerts and a condition that keeps holding fires once:
 
 - plateau: ``patience`` evaluations without a gain of ``min_delta`` (the stopping rule's own test,
-  ``service.training.stopping.decide``); fires once, at the first evaluation where it holds.
+  ``service.training.stopping.advance``); fires once, at the first evaluation where it holds.
 - divergence: over the last ``divergence_window`` evaluations validation accuracy ends more than
   ``min_delta`` below where the window started and never rises above that start, while the
   least-squares slope of the mean training reward over the steps of that span is positive:
@@ -20,21 +20,21 @@ the same series again gives the same alerts and a condition that keeps holding f
   ``judge_agreement``: the judge no longer ranks as the environment's scorer does.
 
 A condition is judged from the rows up to its own step only, so rows recorded later never
-change an alert that was already given.
+change an alert that was already given. That lets the store evaluate the newest rows alone, with
+what came before them summed up in a :class:`Before` (service/alerts/window.py says how far back).
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from service.spec import AlertSpec, ValidationSpec
-from service.store.tables import StopReason
-from service.training.stopping import decide
+from service.training.stopping import Progress, advance
 
 KINDS = ("plateau", "divergence", "reward_jump", "collapse", "kl_spike", "judge_failures", "judge_disagreement")
+POINT_KINDS = ("plateau", "divergence")  # alerts at validation points; the others are at training steps
 JUDGE_FAILURES_MIN_GROUPS = 4  # a rate over fewer groups says little
 
 
@@ -59,6 +59,16 @@ class ValPoint:
 
 
 @dataclass(frozen=True)
+class Before:
+    """What a job's series held before the rows given to :func:`evaluate` (by default nothing: a whole series)."""
+
+    progress: Progress | None = None  # the validation points before, folded as the stopping rules fold them
+    judge_groups: int = 0  # the steps before: groups given to the judge
+    judge_dropped_groups: int = 0  # and of those, the groups it scored none of
+    judged: tuple[StepPoint, ...] = ()  # judged steps before the rows, oldest first (for judge_disagreement)
+
+
+@dataclass(frozen=True)
 class Candidate:
     """An alert a rule gives: what fired, where, and the exact numbers that fired it."""
 
@@ -69,19 +79,26 @@ class Candidate:
 
 
 def evaluate(
-    steps: Sequence[StepPoint], points: Sequence[ValPoint], *, alerts: AlertSpec, validation: ValidationSpec
+    steps: Sequence[StepPoint],
+    points: Sequence[ValPoint],
+    *,
+    alerts: AlertSpec,
+    validation: ValidationSpec,
+    before: Before = Before(),
 ) -> list[Candidate]:
-    """Every alert the series holds, ordered by step then kind; at most one per (kind, step)."""
+    """Every alert the series holds, ordered by step then kind; at most one per (kind, step). With ``before``,
+    the rows are the newest of a longer series, and only alerts with enough of them behind hold for it."""
     steps = sorted(steps, key=lambda s: s.step)
     points = sorted(points, key=lambda p: p.step)
+    judged = [*before.judged, *(s for s in steps if s.judge_agreement is not None)]
     found = [
-        *_plateau(points, validation),
+        *_plateau(points, validation, before.progress),
         *_divergence(steps, points, window=alerts.divergence_window, min_delta=validation.min_delta),
         *_reward_jump(steps, jump=alerts.reward_jump, plateau_steps=alerts.reward_plateau_steps),
         *_collapse(steps, fraction=alerts.collapse_fraction),
         *_kl_spike(steps, threshold=alerts.kl_threshold),
-        *_judge_failures(steps, rate=alerts.judge_failure_rate),
-        *_judge_disagreement(steps, threshold=alerts.judge_agreement, window=alerts.judge_agreement_window),
+        *_judge_failures(steps, rate=alerts.judge_failure_rate, before=before),
+        *_judge_disagreement(judged, threshold=alerts.judge_agreement, window=alerts.judge_agreement_window),
     ]
     return sorted(found, key=lambda c: (c.step, KINDS.index(c.kind)))
 
@@ -96,21 +113,20 @@ def _fire(kind: str, rows: Sequence[StepPoint] | Sequence[ValPoint], found: list
     ]
 
 
-def _plateau(points: Sequence[ValPoint], validation: ValidationSpec) -> list[Candidate]:
-    def at(n: int) -> dict[str, Any] | None:
-        d = decide([(p.step, p.accuracy) for p in points[:n]], step=points[n - 1].step, max_steps=sys.maxsize,
-                   patience=validation.patience, min_delta=validation.min_delta, target_accuracy=None)  # fmt: skip
-        if d.stop_reason is not StopReason.plateau:
-            return None
-        return {"evaluations_without_gain": d.evaluations_without_gain, "patience": validation.patience,
-                "min_delta": validation.min_delta, "best_step": d.best_step, "best_accuracy": d.best_accuracy,
-                "accuracy": points[n - 1].accuracy}  # fmt: skip
+def _plateau(points: Sequence[ValPoint], validation: ValidationSpec, progress: Progress | None) -> list[Candidate]:
+    found: list[dict[str, Any] | None] = []
+    for p in points:
+        progress = advance(progress, p.step, p.accuracy, min_delta=validation.min_delta)
+        holds = progress.evaluations_without_gain >= validation.patience
+        found.append({"evaluations_without_gain": progress.evaluations_without_gain, "patience": validation.patience,
+                      "min_delta": validation.min_delta, "best_step": progress.best_step,
+                      "best_accuracy": progress.best_accuracy, "accuracy": p.accuracy} if holds else None)  # fmt: skip
 
     def message(e: dict[str, Any]) -> str:
         return (f"validation accuracy has not gained {e['min_delta']} in {e['evaluations_without_gain']} evaluations "
                 f"(best {e['best_accuracy']:.4f} at step {e['best_step']})")  # fmt: skip
 
-    return _fire("plateau", points, [at(n) for n in range(1, len(points) + 1)], message)[:1]  # once
+    return _fire("plateau", points, found, message)[:1]  # once
 
 
 def _divergence(
@@ -185,23 +201,21 @@ def _kl_spike(steps: Sequence[StepPoint], *, threshold: float) -> list[Candidate
     return _fire("kl_spike", steps, found, lambda e: f"KL to the reference is {e['kl']:.4g} nats, past {threshold}")
 
 
-def _judge_failures(steps: Sequence[StepPoint], *, rate: float) -> list[Candidate]:
-    def at(i: int) -> dict[str, Any] | None:
-        given = sum(s.judge_groups for s in steps[: i + 1])
-        dropped = sum(s.judge_dropped_groups for s in steps[: i + 1])
-        if given < JUDGE_FAILURES_MIN_GROUPS or dropped / given < rate:
-            return None
-        return {"dropped_groups": dropped, "judged_groups": given, "rate": dropped / given, "threshold": rate}
+def _judge_failures(steps: Sequence[StepPoint], *, rate: float, before: Before) -> list[Candidate]:
+    given, dropped, found = before.judge_groups, before.judge_dropped_groups, []
+    for s in steps:
+        given, dropped = given + s.judge_groups, dropped + s.judge_dropped_groups
+        holds = given >= JUDGE_FAILURES_MIN_GROUPS and dropped / given >= rate
+        found.append({"dropped_groups": dropped, "judged_groups": given, "rate": dropped / given, "threshold": rate}
+                     if holds else None)  # fmt: skip
 
     def message(e: dict[str, Any]) -> str:
         return f"the judge could not score {e['dropped_groups']} of {e['judged_groups']} groups ({e['rate']:.0%}): check the judge"
 
-    return _fire("judge_failures", steps, [at(i) for i in range(len(steps))], message)
+    return _fire("judge_failures", steps, found, message)
 
 
-def _judge_disagreement(steps: Sequence[StepPoint], *, threshold: float, window: int) -> list[Candidate]:
-    judged = [s for s in steps if s.judge_agreement is not None]
-
+def _judge_disagreement(judged: Sequence[StepPoint], *, threshold: float, window: int) -> list[Candidate]:
     def at(i: int) -> dict[str, Any] | None:
         if i + 1 < window:
             return None

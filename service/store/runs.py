@@ -10,9 +10,11 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from sqlalchemy import func, or_
 from sqlmodel import Session, col, delete, select
 
 from service.spec import EvaluationSpec, JobSpec
+from service.store import running
 from service.store.events import append_event
 from service.store.tables import (
     LOCAL_OWNER,
@@ -28,6 +30,7 @@ from service.store.tables import (
     ValidationPoint,
     utcnow,
 )
+from service.training.stopping import Progress, advance
 
 STEP_EVENT_KINDS = ("step", "validation", "alert")  # events that belong to a step and go when it is rolled back
 
@@ -93,7 +96,11 @@ def mark_running(session: Session, *, job: Job) -> None:
 
 
 def record_step(session: Session, *, job: Job, step: int, values: dict[str, Any]) -> TrainingStep:
-    row = TrainingStep(job_id=job.id, step=step, **values)
+    """A step's row, with the job's running totals carried on from the step before (the one row it reads)."""
+    before = latest_step(session, job_id=job.id)
+    metrics = values.get("metrics", {})
+    row = TrainingStep(job_id=job.id, step=step, judge_agreement=metrics.get("judge_agreement"),
+                       totals=running.advanced(before.totals if before else {}, metrics), **values)  # fmt: skip
     job.step = step
     session.add_all([row, job])
     append_event(session, job_id=job.id, kind="step", step=step, data={k: v for k, v in values.items() if k != "metrics"})
@@ -101,7 +108,13 @@ def record_step(session: Session, *, job: Job, step: int, values: dict[str, Any]
 
 
 def record_validation(session: Session, *, job: Job, step: int, values: dict[str, Any]) -> ValidationPoint:
-    row = ValidationPoint(job_id=job.id, step=step, **values)
+    """A validation point, with the stopping rules' fold carried on from the point before (the one row it reads)
+    by the job's own ``validation.min_delta``."""
+    min_delta = JobSpec.model_validate(job.spec).validation.min_delta
+    fold = advance(progress(latest_point(session, job_id=job.id)), step, values["accuracy"], min_delta=min_delta)
+    row = ValidationPoint(job_id=job.id, step=step, best_step=fold.best_step, best_accuracy=fold.best_accuracy,
+                          anchor_accuracy=fold.anchor_accuracy, evaluations_without_gain=fold.evaluations_without_gain,
+                          **values)  # fmt: skip
     session.add(row)
     append_event(session, job_id=job.id, kind="validation", step=step, data=values)
     return row
@@ -133,8 +146,33 @@ def has_alert(session: Session, *, job_id: str, kind: str) -> bool:
     return session.exec(select(Alert.id).where(Alert.job_id == job_id, Alert.kind == kind).limit(1)).first() is not None
 
 
-def steps(session: Session, *, job_id: str) -> list[TrainingStep]:
-    return list(session.exec(select(TrainingStep).where(TrainingStep.job_id == job_id).order_by(col(TrainingStep.step))))
+def steps(session: Session, *, job_id: str, after: int | None = None) -> list[TrainingStep]:
+    """The job's step rows in step order (only those past step ``after`` if given)."""
+    query = select(TrainingStep).where(TrainingStep.job_id == job_id)
+    if after is not None:
+        query = query.where(col(TrainingStep.step) > after)
+    return list(session.exec(query.order_by(col(TrainingStep.step))))
+
+
+def latest_step(session: Session, *, job_id: str) -> TrainingStep | None:
+    query = select(TrainingStep).where(TrainingStep.job_id == job_id).order_by(col(TrainingStep.step).desc())
+    return session.exec(query.limit(1)).first()
+
+
+def recent_steps(session: Session, *, job_id: str, count: int, after: int | None = None) -> list[TrainingStep]:
+    """The job's newest ``count`` step rows and any past step ``after``, in step order: one bounded read."""
+    newest = select(TrainingStep.step).where(TrainingStep.job_id == job_id).order_by(col(TrainingStep.step).desc())
+    oldest_kept = func.coalesce(newest.offset(count - 1).limit(1).scalar_subquery(), -1)  # -1: fewer rows than count
+    kept = col(TrainingStep.step) >= oldest_kept
+    if after is not None:
+        kept = or_(kept, col(TrainingStep.step) > after)
+    return list(session.exec(select(TrainingStep).where(TrainingStep.job_id == job_id, kept).order_by(col(TrainingStep.step))))
+
+
+def recent_judged_steps(session: Session, *, job_id: str, count: int) -> list[TrainingStep]:
+    """The job's newest ``count`` steps with a judge agreement, in step order (a partial index finds them)."""
+    query = select(TrainingStep).where(TrainingStep.job_id == job_id, col(TrainingStep.judge_agreement).is_not(None))
+    return list(reversed(session.exec(query.order_by(col(TrainingStep.step).desc()).limit(count)).all()))
 
 
 def validation_points(session: Session, *, job_id: str) -> list[ValidationPoint]:
@@ -142,9 +180,27 @@ def validation_points(session: Session, *, job_id: str) -> list[ValidationPoint]
     return list(session.exec(query))
 
 
+def recent_points(session: Session, *, job_id: str, count: int) -> list[ValidationPoint]:
+    """The job's newest ``count`` validation points, in step order."""
+    query = select(ValidationPoint).where(ValidationPoint.job_id == job_id).order_by(col(ValidationPoint.step).desc())
+    return list(reversed(session.exec(query.limit(count)).all()))
+
+
+def latest_point(session: Session, *, job_id: str) -> ValidationPoint | None:
+    return next(iter(recent_points(session, job_id=job_id, count=1)), None)
+
+
+def progress(point: ValidationPoint | None) -> Progress | None:
+    """The stopping rules' fold of the series up to ``point``, as stored on it (None: no point)."""
+    if point is None:
+        return None
+    return Progress(point.best_step, point.best_accuracy, point.anchor_accuracy, point.evaluations_without_gain,
+                    point.accuracy)  # fmt: skip
+
+
 def last_recorded_step(session: Session, *, job_id: str) -> int:
-    recorded = steps(session, job_id=job_id)
-    return recorded[-1].step if recorded else 0
+    latest = latest_step(session, job_id=job_id)
+    return latest.step if latest else 0
 
 
 def discard_after(session: Session, *, job: Job, step: int) -> None:
@@ -188,24 +244,6 @@ def finish_job(
     append_event(session, job_id=job.id, kind="finished", data=data)
 
 
-JUDGE_TOTALS = ("judge_responses", "judge_prompt_tokens", "judge_completion_tokens", "judge_cost_usd", "judge_unpriced",
-                "judge_groups", "judge_dropped_groups", "judge_attempts", "judge_clamped_scores")  # fmt: skip
-
-
-def judge_totals(session: Session, *, job_id: str) -> dict[str, float] | None:
-    """A job's judge account (service/training/judging.py writes it into each step's metrics), summed over its
-    steps and the judging of steps that recorded none; None if nothing was judged."""
-    return judge_totals_of(steps(session, job_id=job_id), unrecorded_judging(session, job_id=job_id))
-
-
-def judge_totals_of(recorded: list[TrainingStep], unrecorded: Sequence[dict] = ()) -> dict[str, float] | None:
-    """:func:`judge_totals` of step rows and :func:`unrecorded_judging` already read."""
-    judged = [s.metrics for s in recorded if "judge_groups" in s.metrics] + list(unrecorded)
-    if not judged:
-        return None
-    return {key: sum(float(m.get(key) or 0.0) for m in judged) for key in JUDGE_TOTALS}
-
-
 JUDGE_SPEND_EVENT = "judge_spend"  # judging of a step that recorded no step row (the judge down, the budget spent)
 
 
@@ -220,6 +258,12 @@ def unrecorded_judging(session: Session, *, job_id: str) -> list[dict]:
     return list(session.exec(query.order_by(col(JobEvent.id))))
 
 
+def judge_totals(session: Session, *, job_id: str) -> dict[str, float] | None:
+    """A job's judge account (service/training/judging.py writes it into each step's metrics), summed over its
+    steps (their running totals) and the judging of steps that recorded none; None if nothing was judged."""
+    return running.judge_totals(_totals(session, job_id), unrecorded_judging(session, job_id=job_id))
+
+
 def judge_spent_usd(session: Session, *, job_id: str) -> float:
     """What a job's judge calls have cost: its steps' judging and the judging of steps that recorded none."""
     return (judge_totals(session, job_id=job_id) or {}).get("judge_cost_usd", 0.0)
@@ -229,29 +273,28 @@ def cost_totals(session: Session, *, job_id: str) -> dict[str, Any]:
     """What a training job has spent so far: tokens its policy generated (training rollouts, validation's
     sampled and greedy passes), its judge's tokens and dollars, and wall time per phase."""
     points, unrecorded = validation_points(session, job_id=job_id), unrecorded_judging(session, job_id=job_id)
-    return cost_of(steps(session, job_id=job_id), points, unrecorded)
+    return cost_of(_totals(session, job_id), points, unrecorded)
 
 
-def cost_of(
-    recorded: list[TrainingStep], points: list[ValidationPoint], unrecorded: Sequence[dict] = ()
-) -> dict[str, Any]:
-    """:func:`cost_totals` of rows already read."""
-    judge = judge_totals_of(recorded, unrecorded) or {}
+def _totals(session: Session, job_id: str) -> dict[str, float]:
+    latest = latest_step(session, job_id=job_id)
+    return latest.totals if latest else {}
 
-    def summed(key: str) -> float:
-        return sum(float(s.metrics.get(key) or 0.0) for s in recorded)
 
+def cost_of(totals: dict[str, float], points: list[ValidationPoint], unrecorded: Sequence[dict] = ()) -> dict[str, Any]:
+    """:func:`cost_totals` of the newest step's running ``totals`` and rows already read."""
+    judge = running.judge_totals(totals, unrecorded) or {}
     validation_tokens = [p.tokens_generated for p in points]
     return {
-        "tokens_generated_train": int(summed("tokens_generated")),
+        "tokens_generated_train": int(totals.get("tokens_generated", 0.0)),
         "tokens_generated_validation": sum(t or 0 for t in validation_tokens),
         "judge_prompt_tokens": int(judge.get("judge_prompt_tokens", 0)),
         "judge_completion_tokens": int(judge.get("judge_completion_tokens", 0)),
         "judge_cost_usd": judge.get("judge_cost_usd", 0.0),
         "wall_s": {
-            "rollout": summed("rollout_s"),
-            "judge": summed("judge_s"),
-            "train": summed("train_s"),
+            "rollout": totals.get("rollout_s", 0.0),
+            "judge": totals.get("judge_s", 0.0),
+            "train": totals.get("train_s", 0.0),
             "validation": sum(p.wall_time_s for p in points),
         },
     }

@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from sqlalchemy import JSON, Column, DateTime, Index, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Column, DateTime, Index, String, Text, UniqueConstraint, text
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
@@ -98,11 +98,19 @@ class Job(SQLModel, table=True):
     finished_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime()))
 
 
+JUDGED = text("judge_agreement IS NOT NULL")
+
+
 class TrainingStep(SQLModel, table=True):
-    """One row per training step of a job."""
+    """One row per training step of a job, with the job's running totals up to it (so a step costs the same
+    at step 5 as at step 5,000: service/store/running.py)."""
 
     __tablename__ = "training_steps"
-    __table_args__ = (UniqueConstraint("job_id", "step"),)
+    __table_args__ = (
+        UniqueConstraint("job_id", "step"),
+        # the judged steps, newest first, without reading the others (the judge_disagreement rule's window)
+        Index("ix_training_steps_judged", "job_id", "step", sqlite_where=JUDGED, postgresql_where=JUDGED),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     job_id: str = Field(foreign_key="jobs.id", index=True, max_length=36)
@@ -119,6 +127,10 @@ class TrainingStep(SQLModel, table=True):
     completion_length: float
     wall_time_s: float
     metrics: dict[str, float] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    judge_agreement: float | None = Field(default=None, description="metrics['judge_agreement'], where a judge ranked")
+    totals: dict[str, float] = Field(
+        default_factory=dict, sa_column=Column(JSON, nullable=False), description="Sums over the job's steps up to this one."
+    )
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
 
 
@@ -138,6 +150,11 @@ class ValidationPoint(SQLModel, table=True):
     outcomes: dict[str, int] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     wall_time_s: float
     tokens_generated: int | None = Field(default=None, description="Tokens the policy generated, sampled and greedy passes.")
+    # the stopping rules' fold of the series up to this point (service/training/stopping.py's Progress)
+    best_step: int
+    best_accuracy: float
+    anchor_accuracy: float
+    evaluations_without_gain: int
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
 
 

@@ -32,12 +32,12 @@ from service.evaluation.runner import evaluate_into
 from service.settings import Settings, get_settings
 from service.spec import EvaluationSpec, JobSpec, LitellmModel
 from service.store import runs
-from service.store.tables import Alert, Job, JobStatus, StopReason
+from service.store.tables import Alert, Job, JobStatus, StopReason, ValidationPoint
 from service.training.control import JobHooks, JobInterrupted, fenced, interrupt_if_asked
 from service.training.judging import Judge, StepJudging, judge_for
 from service.training.schedule import cosine_schedule
 from service.training.seeding import batch_for_step, derive_seed
-from service.training.stopping import Decision, decide
+from service.training.stopping import Decision, decide_from
 from service.training.validation import validate
 
 WARM_START_STATE_KEY = "artsvc_warm_start"
@@ -264,37 +264,30 @@ def _announce(run: _Run, alerts: list[Alert]) -> None:
 
 
 async def _validate_and_decide(run: _Run, step: int, *, due: bool = True) -> Decision:
-    """Validate at ``step`` if due and not yet recorded, then decide from the recorded series."""
+    """Validate at ``step`` if due and not yet recorded, then decide from the series as folded on its newest point."""
     spec = run.spec
     with run.session() as session:
-        recorded = {p.step: p for p in runs.validation_points(session, job_id=run.job_id)}
-    if due and step not in recorded and (measured := await _measure(run, step, recorded)) is not None:
+        latest = runs.latest_point(session, job_id=run.job_id)  # points come in step order: none is past ``step``
+    if due and (latest is None or latest.step < step) and (measured := await _measure(run, step, latest)) is not None:
         values, trajectories = measured
         rows = run.env.scenarios("val")[: spec.validation.max_examples]
         results = [example_row(run.env, t, position=i, scenario_id=str(row["id"]))
                    for i, (row, t) in enumerate(zip(rows, trajectories))]  # fmt: skip
         with run.write() as session:
             job = runs.get_job(session, job_id=run.job_id)
-            recorded[step] = runs.record_validation(session, job=job, step=step, values=values)
+            latest = runs.record_validation(session, job=job, step=step, values=values)
             runs.record_example_results(session, job=job, step=step, rows=results)
             sampled = _sampled([trajectories], run.hooks.trajectories_per_step)
             runs.record_trajectories(session, job=job, step=step, split="val", rows=sampled)
             alerts = check_alerts(session, job=job, spec=run.spec)  # committed with the row that fired them
         run.on_event("validation", {"step": step, **values})
         _announce(run, alerts)
-    series = [(p.step, p.accuracy) for p in sorted(recorded.values(), key=lambda p: p.step)]
     v = spec.validation
-    decision = decide(
-        series,
-        step=step,
-        max_steps=spec.training.max_steps,
-        patience=v.patience,
-        min_delta=v.min_delta,
-        target_accuracy=v.target_accuracy,
-    )
+    decision = decide_from(runs.progress(latest), step=step, max_steps=spec.training.max_steps, patience=v.patience,
+                           target_accuracy=v.target_accuracy)  # fmt: skip
     if decision.stop_reason is None and spec.alerts.stop_on_divergence and _diverged(run):
         return replace(decision, stop_reason=StopReason.divergence)
-    if decision.stop_reason is None and _beat_baseline(run, series[-1][1] if series else None):
+    if decision.stop_reason is None and _beat_baseline(run, latest.accuracy if latest else None):
         return replace(decision, stop_reason=StopReason.beat_baseline)
     return decision
 
@@ -333,15 +326,15 @@ async def _baseline(run: _Run, settings: Settings, data_dir: Path) -> float | No
 
 
 async def _measure(
-    run: _Run, step: int, recorded: dict[int, Any]
+    run: _Run, step: int, latest: ValidationPoint | None
 ) -> tuple[dict[str, Any], list[art.Trajectory]] | None:
     """The point the stopping rules read at ``step``: ground-truth validation accuracy, or in ruler mode
-    (no ground truth) the mean RULER reward of the steps since the last point (none at step 0)."""
+    (no ground truth) the mean RULER reward of the steps since the ``latest`` point (none at step 0)."""
     spec = run.spec
     if spec.reward.mode == "ruler":
-        since = max((s for s in recorded if s < step), default=0)
+        since = latest.step if latest is not None else 0
         with run.session() as session:
-            rewards = [s.reward_mean for s in runs.steps(session, job_id=run.job_id) if since < s.step <= step]
+            rewards = [s.reward_mean for s in runs.steps(session, job_id=run.job_id, after=since) if s.step <= step]
         if not rewards:
             return None
         values = {"accuracy": sum(rewards) / len(rewards), "greedy_accuracy": None, "examples": len(rewards),

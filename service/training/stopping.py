@@ -5,6 +5,9 @@
 - max_steps: the step budget is spent.
 Target wins over plateau, plateau over max_steps. The best point is the highest accuracy
 (earliest on ties): the checkpoint an operator would promote.
+
+The series is read as a fold (:class:`Progress`, one :func:`advance` per point), so the store can keep
+the fold on each point and decide after a new point without reading the ones before it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,51 @@ class Decision:
     evaluations_without_gain: int
 
 
+@dataclass(frozen=True)
+class Progress:
+    """The validation series folded up to one point: all the stopping rules read of it."""
+
+    best_step: int
+    best_accuracy: float
+    anchor_accuracy: float  # the accuracy the next gain of min_delta is measured from
+    evaluations_without_gain: int
+    accuracy: float  # of the latest point
+
+
+def advance(progress: Progress | None, step: int, accuracy: float, *, min_delta: float) -> Progress:
+    """``progress`` (None: no point yet) after the next point of the series."""
+    if progress is None:
+        return Progress(step, accuracy, accuracy, 0, accuracy)
+    best_step, best_accuracy = max((progress.best_step, progress.best_accuracy), (step, accuracy),
+                                   key=lambda point: (point[1], -point[0]))  # fmt: skip
+    if accuracy >= progress.anchor_accuracy + min_delta - 1e-12:
+        return Progress(best_step, best_accuracy, accuracy, 0, accuracy)
+    return Progress(best_step, best_accuracy, progress.anchor_accuracy, progress.evaluations_without_gain + 1, accuracy)
+
+
+def decide_from(
+    progress: Progress | None, *, step: int, max_steps: int, patience: int, target_accuracy: float | None
+) -> Decision:
+    """Whether to stop after ``step``, given the validation series folded so far (None: no point yet)."""
+    if progress is None:
+        return Decision(StopReason.max_steps if step >= max_steps else None, None, None, 0)
+    reason = None
+    if target_accuracy is not None and progress.accuracy >= target_accuracy:
+        reason = StopReason.target
+    elif progress.evaluations_without_gain >= patience:
+        reason = StopReason.plateau
+    elif step >= max_steps:
+        reason = StopReason.max_steps
+    return Decision(reason, progress.best_step, progress.best_accuracy, progress.evaluations_without_gain)
+
+
+def fold(series: Sequence[tuple[int, float]], *, min_delta: float, progress: Progress | None = None) -> Progress | None:
+    """``progress`` after each (step, accuracy) point of ``series`` in turn."""
+    for step, accuracy in series:
+        progress = advance(progress, step, accuracy, min_delta=min_delta)
+    return progress
+
+
 def decide(
     series: Sequence[tuple[int, float]],
     *,
@@ -33,21 +81,5 @@ def decide(
     target_accuracy: float | None,
 ) -> Decision:
     """Whether to stop after ``step``, given the (step, accuracy) validation points so far."""
-    if not series:
-        return Decision(StopReason.max_steps if step >= max_steps else None, None, None, 0)
-    best_step, best_accuracy = max(series, key=lambda point: (point[1], -point[0]))
-    anchor = series[0][1]
-    without_gain = 0
-    for _, accuracy in series[1:]:
-        if accuracy >= anchor + min_delta - 1e-12:
-            anchor, without_gain = accuracy, 0
-        else:
-            without_gain += 1
-    reason = None
-    if target_accuracy is not None and series[-1][1] >= target_accuracy:
-        reason = StopReason.target
-    elif without_gain >= patience:
-        reason = StopReason.plateau
-    elif step >= max_steps:
-        reason = StopReason.max_steps
-    return Decision(reason, best_step, best_accuracy, without_gain)
+    return decide_from(fold(series, min_delta=min_delta), step=step, max_steps=max_steps, patience=patience,
+                       target_accuracy=target_accuracy)  # fmt: skip

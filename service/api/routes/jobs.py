@@ -26,7 +26,7 @@ from service.api.schemas import (
 from service.auth import Principal
 from service.settings import Settings
 from service.spec import JobSpec
-from service.store import jobs, runs
+from service.store import jobs, running, runs
 from service.store.tables import Job, JobStatus
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
@@ -127,12 +127,13 @@ def get_metrics(job_id: str, session: SessionDep, caller: CallerDep) -> MetricsP
     job = visible_job(session, caller=caller, job_id=job_id)
     recorded, points = runs.steps(session, job_id=job.id), runs.validation_points(session, job_id=job.id)
     unrecorded = runs.unrecorded_judging(session, job_id=job.id)  # judging of steps cut short (a budget spent)
-    totals = runs.judge_totals_of(recorded, unrecorded)
+    totals = recorded[-1].totals if recorded else {}  # the running sums of the newest step
+    judge = running.judge_totals(totals, unrecorded)
     return MetricsPublic(
         steps=[StepPublic.model_validate(row) for row in recorded],
         validation=[ValidationPublic.model_validate(row) for row in points],
-        judge=JudgeTotals(**totals) if totals else None,
-        cost=CostPublic(**runs.cost_of(recorded, points, unrecorded)),
+        judge=JudgeTotals(**judge) if judge else None,
+        cost=CostPublic(**runs.cost_of(totals, points, unrecorded)),
     )
 
 
