@@ -58,9 +58,10 @@ def train_and_read(env_name: str, seed: int, extra: list[str]) -> dict[str, Any]
             ]
             manifest = json.loads(db.execute("select manifest from jobs where id = ?", (summary["id"],)).fetchone()[0])
             steps = [
-                {"step": s, "reward_mean": r, "wall_time_s": w}
-                for s, r, w in db.execute(
-                    "select step, reward_mean, wall_time_s from training_steps where job_id = ? order by step", (summary["id"],)
+                {"step": s, "reward_mean": r, "loss": loss, "wall_time_s": w}
+                for s, r, loss, w in db.execute(
+                    "select step, reward_mean, loss, wall_time_s from training_steps where job_id = ? order by step",
+                    (summary["id"],),
                 )
             ]
     return {

@@ -3,8 +3,8 @@
 Runs ``artsvc train --env math`` (the README's main command, each time in a fresh data directory) once per
 ``--run SEED:THREADS`` (THREADS: torch's intra-op threads through ``OMP_NUM_THREADS``; ``default`` leaves
 torch's own choice, one per physical core), and records each run's validation series, its per-step mean
-training reward and loss, and a digest of them all. Runs with equal digests agreed to the last bit at every
-step. Writes ``bench/results/reproducibility.json`` after every run (a long session keeps what finished).
+training reward and loss, and two digests: runs of one seed with equal ``outcomes`` sampled and scored the same
+at every step; with equal ``bits`` their losses also agree to the last bit. Writes ``bench/results/reproducibility.json`` after every run (a long session keeps what finished).
 
     python bench/reproducibility.py --run 0:default --run 0:default --run 0:1 --run 1:default --run 2:default
 """
@@ -24,11 +24,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from env_rl import RESULTS, machine, train_and_read  # noqa: E402
 
 
-def digest(run: dict[str, Any]) -> str:
-    """The exact numbers of a run: every validation accuracy and every step's reward and loss, as stored."""
-    series = [(p["step"], p["accuracy"], p["greedy_accuracy"]) for p in run["validation"]]
-    series += [(s["step"], s["reward_mean"], s.get("loss")) for s in run["steps"]]
-    return hashlib.sha256(json.dumps(series).encode()).hexdigest()[:16]
+def digests(run: dict[str, Any]) -> dict[str, str]:
+    """Two fingerprints of a run. ``outcomes``: every validation accuracy and every step's mean reward (what was
+    sampled and how it scored). ``bits``: those and every step's loss, a float that moves with any rounding."""
+    outcomes = [(p["step"], p["accuracy"], p["greedy_accuracy"]) for p in run["validation"]]
+    outcomes += [(s["step"], s["reward_mean"]) for s in run["steps"]]
+    bits = outcomes + [(s["step"], s["loss"]) for s in run["steps"]]
+    return {name: hashlib.sha256(json.dumps(series).encode()).hexdigest()[:16] for name, series in
+            (("outcomes", outcomes), ("bits", bits))}  # fmt: skip
 
 
 def one_run(seed: int, threads: str) -> dict[str, Any]:
@@ -46,7 +49,7 @@ def one_run(seed: int, threads: str) -> dict[str, Any]:
         "threads": threads,
         "runtime": result["manifest"].get("runtime"),
         "wall_time_s": result["wall_time_s"],
-        "digest": digest(result),
+        "digests": digests(result),
         "validation": [{k: p[k] for k in ("step", "accuracy", "greedy_accuracy")} for p in result["validation"]],
         "steps": result["steps"],
         "best_step": result["summary"]["best_step"],
@@ -74,19 +77,20 @@ def main() -> None:
     for spec in args.run:
         seed, _, threads = spec.partition(":")
         runs.append(one_run(int(seed), threads or "default"))
-        by_config: dict[str, list[str]] = {}
+        by_seed: dict[str, list[dict[str, str]]] = {}
         for r in runs:
-            by_config.setdefault(f"seed {r['seed']}, threads {r['threads']}", []).append(r["digest"])
+            by_seed.setdefault(f"seed {r['seed']}", []).append(r["digests"])
         result = {
             "machine": machine(),
             "runs": runs,
-            "identical_within_config": {k: len(set(v)) == 1 for k, v in by_config.items()},
+            "same_bits_per_seed": {k: len({d["bits"] for d in v}) == 1 for k, v in by_seed.items()},
+            "same_outcomes_per_seed": {k: len({d["outcomes"] for d in v}) == 1 for k, v in by_seed.items()},
             "spread_over_all_runs": spread(runs),
         }
         args.out.parent.mkdir(exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n")
         last = runs[-1]
-        print(f"seed {last['seed']} threads {last['threads']}: digest {last['digest']}, "
+        print(f"seed {last['seed']} threads {last['threads']}: digests {last['digests']}, "
               f"val {[p['accuracy'] for p in last['validation']]}, {last['wall_time_s'] / 60:.1f} min", flush=True)  # fmt: skip
 
 
