@@ -10,7 +10,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, or_
+from sqlalchemy import union_all
+from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, delete, select
 
 from service.spec import EvaluationSpec, JobSpec
@@ -160,13 +161,13 @@ def latest_step(session: Session, *, job_id: str) -> TrainingStep | None:
 
 
 def recent_steps(session: Session, *, job_id: str, count: int, after: int | None = None) -> list[TrainingStep]:
-    """The job's newest ``count`` step rows and any past step ``after``, in step order: one bounded read."""
-    newest = select(TrainingStep.step).where(TrainingStep.job_id == job_id).order_by(col(TrainingStep.step).desc())
-    oldest_kept = func.coalesce(newest.offset(count - 1).limit(1).scalar_subquery(), -1)  # -1: fewer rows than count
-    kept = col(TrainingStep.step) >= oldest_kept
-    if after is not None:
-        kept = or_(kept, col(TrainingStep.step) > after)
-    return list(session.exec(select(TrainingStep).where(TrainingStep.job_id == job_id, kept).order_by(col(TrainingStep.step))))
+    """The job's newest ``count`` step rows and any past step ``after``, in step order: one statement, two index
+    range scans (an OR of the two would let PostgreSQL's planner scan the whole table)."""
+    of_job = select(TrainingStep).where(TrainingStep.job_id == job_id)
+    newest = of_job.order_by(col(TrainingStep.step).desc()).limit(count).subquery()
+    query = select(newest) if after is None else union_all(select(newest), of_job.where(col(TrainingStep.step) > after))
+    rows = session.exec(select(aliased(TrainingStep, query.subquery()))).all()
+    return sorted({row.step: row for row in rows}.values(), key=lambda row: row.step)  # a row in both: once
 
 
 def recent_judged_steps(session: Session, *, job_id: str, count: int) -> list[TrainingStep]:
