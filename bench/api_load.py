@@ -1,6 +1,6 @@
 """Benchmark: the API under load from a separate process, with no job training and while the default job trains.
 
-Two runs of ``artsvc serve`` on a fresh SQLite store (or ``--database-url``), each loaded by
+Two runs of ``artsvc serve``, each on a fresh SQLite store, each loaded by
 ``bench/http_load.py`` in a process of its own: ``--connections`` keep-alive connections spread over
 ``--tokens`` operator tokens (the server caps requests in progress per credential: 16 by default), each
 sending ``GET /v1/jobs/{id}`` back to back, every ``--post-every``-th request a ``POST /v1/jobs`` instead.
@@ -29,6 +29,7 @@ import tempfile
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -159,6 +160,16 @@ def merge(slices: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
+def in_fresh_store(run: Callable[..., dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    """``run`` against a store of its own (a job queued by one run must not be the job another run trains)."""
+    with tempfile.TemporaryDirectory(prefix="artsvc-load-") as tmp:
+        env = {**os.environ, "ARTSVC_DATA_DIR": tmp}
+        env.pop("ARTSVC_DATABASE_URL", None)
+        cli(env, "db", "upgrade")
+        tokens = [cli(env, "token", "create", "--role", "operator", "--name", f"load-{i}") for i in range(args.tokens)]
+        return run(env, tokens, args)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--connections", type=int, default=50)
@@ -167,19 +178,11 @@ def main() -> None:
     parser.add_argument("--post-every", type=int, default=10, help="every n-th request is a POST /v1/jobs")
     parser.add_argument("--quiet-steps", type=int, default=3, help="training steps timed with no load")
     parser.add_argument("--load-steps", type=int, default=3, help="training steps timed under load")
-    parser.add_argument("--database-url", help="default: a fresh SQLite file")
     parser.add_argument("--out", type=Path, default=RESULTS / "api_load.json")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="artsvc-load-") as tmp:
-        env = {**os.environ, "ARTSVC_DATA_DIR": tmp}
-        env.pop("ARTSVC_DATABASE_URL", None)
-        if args.database_url:
-            env["ARTSVC_DATABASE_URL"] = args.database_url
-        cli(env, "db", "upgrade")
-        tokens = [cli(env, "token", "create", "--role", "operator", "--name", f"load-{i}") for i in range(args.tokens)]
-        result = {"idle": idle_run(env, tokens, args), "training": training_run(env, tokens, args)}
+    result = {"idle": in_fresh_store(idle_run, args), "training": in_fresh_store(training_run, args)}
     result["machine"] = machine()
-    result["store"] = "postgresql" if args.database_url else "sqlite"
+    result["store"] = "sqlite"
     args.out.parent.mkdir(exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print("| run | endpoint | requests | p50 | p99 | errors | throughput | step wall time (median) |")
