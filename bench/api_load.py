@@ -2,19 +2,22 @@
 
 Two runs of ``artsvc serve``, each on a fresh SQLite store, each loaded by
 ``bench/http_load.py`` in a process of its own: ``--connections`` keep-alive connections spread over
-``--tokens`` operator tokens (the server caps requests in progress per credential: 16 by default), each
-sending ``GET /v1/jobs/{id}`` back to back, every ``--post-every``-th request a ``POST /v1/jobs`` instead.
+``--tokens`` operator tokens (the server caps requests in progress per credential: 16 by default), sending
+``GET /v1/jobs/{id}``, every ``--post-every``-th request a ``POST /v1/jobs`` instead, at each of ``--rates``
+in turn: requests a second offered on a fixed schedule (open loop: what a client sees at that load), and
+``closed`` for back to back (closed loop: how much the server can do; its latencies are queueing, by Little's
+law connections / throughput).
 
 - idle: ``serve --no-worker``; the job waits in the queue.
 - training: ``serve`` with its supervised worker training the default math job (SmolLM2, transformers
   backend; validation only at the end, so every step is alike). Step wall times are read from the store:
-  ``--quiet-steps`` steps with no load, then the steps that ran wholly inside the load window.
+  ``--quiet-steps`` steps with no load, then, at each rate, the steps that ran wholly inside its load.
 
 Writes ``bench/results/api_load.json`` (or ``--out``) and prints the README's table. Server, worker
 and load share the machine's cores: that is the point (an operator's box), and the load process's own
 cost per request is part of what the server competes with.
 
-    python bench/api_load.py [--connections 50] [--tokens 5] [--seconds 20] [--load-steps 3]
+    python bench/api_load.py [--rates 200,400,closed] [--connections 50] [--seconds 20] [--load-steps 3]
 """
 
 from __future__ import annotations
@@ -73,12 +76,12 @@ def cli(env: dict[str, str], *args: str) -> str:
 
 
 def generate_load(
-    base: str, tokens: list[str], job_id: str, args: argparse.Namespace, seconds: float
+    base: str, tokens: list[str], job_id: str, args: argparse.Namespace, rate: float
 ) -> dict[str, Any]:
     command = [
         sys.executable, str(ROOT / "bench" / "http_load.py"), "--base", base, "--tokens", ",".join(tokens),
         "--get-path", f"/v1/jobs/{job_id}", "--post-path", "/v1/jobs", "--post-body", json.dumps(QUEUED_SPEC),
-        "--post-every", str(args.post_every), "--connections", str(args.connections), "--seconds", str(seconds),
+        "--post-every", str(args.post_every), "--connections", str(args.connections), "--seconds", str(args.seconds), "--rate", str(rate),
         "--with-samples",
     ]  # fmt: skip
     return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
@@ -102,13 +105,14 @@ def idle_run(env: dict[str, str], tokens: list[str], args: argparse.Namespace) -
     headers = {"Authorization": f"Bearer {tokens[0]}"}
     with Server(env, "--no-worker") as server:
         job = httpx.post(f"{server.base}/v1/jobs", json=TRAINING_SPEC, headers=headers, timeout=60).raise_for_status()
-        return merge([generate_load(server.base, tokens, job.json()["id"], args, args.seconds)])
+        return {label(rate): merge([generate_load(server.base, tokens, job.json()["id"], args, rate)]) for rate in args.rates}
 
 
 def training_run(env: dict[str, str], tokens: list[str], args: argparse.Namespace) -> dict[str, Any]:
-    """Step times with no load, then the load (repeated in ``--seconds`` slices) until ``--load-steps`` steps ran
-    wholly inside it; the latencies are those of every slice together."""
+    """Step times with no load, then at each rate the load (repeated in ``--seconds`` slices) until
+    ``--load-steps`` steps ran wholly inside it; a rate's latencies are those of all its slices together."""
     headers = {"Authorization": f"Bearer {tokens[0]}"}
+    result: dict[str, Any] = {}
     with Server(env) as server:
         job = (
             httpx.post(f"{server.base}/v1/jobs", json=TRAINING_SPEC, headers=headers, timeout=60)
@@ -118,20 +122,26 @@ def training_run(env: dict[str, str], tokens: list[str], args: argparse.Namespac
         wait_for_step(server.base, headers, job["id"], 1)  # the model is loaded and a step has run
         wait_for_step(server.base, headers, job["id"], 1 + args.quiet_steps)
         quiet = steps(server.base, headers, job["id"])[1:]  # the first step also loads the model
-        load_started = datetime.now().astimezone()
-        slices = []
-        while True:
-            slices.append(generate_load(server.base, tokens, job["id"], args, args.seconds))
-            load_ended = datetime.now().astimezone()
-            inside = [s for s in steps(server.base, headers, job["id"]) if wholly_inside(s, load_started, load_ended)]
-            if len(inside) >= args.load_steps:
-                break
-    result = merge(slices)
-    result["step_wall_s"] = {
-        "no_load": {"steps": len(quiet), "median": round(statistics.median(s["wall_time_s"] for s in quiet), 2)},
-        "under_load": {"steps": len(inside), "median": round(statistics.median(s["wall_time_s"] for s in inside), 2)},
-    }
+        result["step_wall_s_no_load"] = {"steps": len(quiet), "median": median_wall(quiet)}
+        for rate in args.rates:
+            load_started = datetime.now().astimezone()
+            slices = []
+            while True:
+                slices.append(generate_load(server.base, tokens, job["id"], args, rate))
+                load_ended = datetime.now().astimezone()
+                inside = [s for s in steps(server.base, headers, job["id"]) if wholly_inside(s, load_started, load_ended)]
+                if len(inside) >= args.load_steps:
+                    break
+            result[label(rate)] = {**merge(slices), "step_wall_s": {"steps": len(inside), "median": median_wall(inside)}}
     return result
+
+
+def label(rate: float) -> str:
+    return f"{rate:g} req/s offered" if rate else "closed loop"
+
+
+def median_wall(rows: list[dict[str, Any]]) -> float:
+    return round(statistics.median(row["wall_time_s"] for row in rows), 2)
 
 
 def wholly_inside(step: dict[str, Any], start: datetime, end: datetime) -> bool:
@@ -143,6 +153,7 @@ def wholly_inside(step: dict[str, Any], start: datetime, end: datetime) -> bool:
 def merge(slices: list[dict[str, Any]]) -> dict[str, Any]:
     """Load slices as one run: counts add up, percentiles are over every request of every slice."""
     merged: dict[str, Any] = {
+        "offered_per_s": slices[0]["offered_per_s"],
         "connections": slices[0]["connections"],
         "tokens": slices[0]["tokens"],
         "slices": len(slices),
@@ -170,11 +181,17 @@ def in_fresh_store(run: Callable[..., dict[str, Any]], args: argparse.Namespace)
         return run(env, tokens, args)
 
 
+def rates(text: str) -> list[float]:
+    return [0.0 if part.strip() == "closed" else float(part) for part in text.split(",")]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--connections", type=int, default=50)
     parser.add_argument("--tokens", type=int, default=5, help="operator tokens the connections are spread over")
-    parser.add_argument("--seconds", type=float, default=20, help="length of the idle load, and of each training slice")
+    parser.add_argument("--rates", type=rates, default=rates("200,400,closed"),
+                        help="comma-separated requests a second to offer, `closed` for back to back")
+    parser.add_argument("--seconds", type=float, default=20, help="length of each idle load, and of each training slice")
     parser.add_argument("--post-every", type=int, default=10, help="every n-th request is a POST /v1/jobs")
     parser.add_argument("--quiet-steps", type=int, default=3, help="training steps timed with no load")
     parser.add_argument("--load-steps", type=int, default=3, help="training steps timed under load")
@@ -185,15 +202,16 @@ def main() -> None:
     result["store"] = "sqlite"
     args.out.parent.mkdir(exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print("| run | endpoint | requests | p50 | p99 | errors | throughput | step wall time (median) |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for run, stats in (("no job training", result["idle"]), ("a job training", result["training"])):
-        step = stats.get("step_wall_s", {}).get("under_load", {}).get("median", "–")
-        for name, e in stats["endpoints"].items():
-            print(f"| {run} | `{name}` | {e['count']} | {e['p50_ms']} ms | {e['p99_ms']} ms | {stats['errors']} "
-                  f"| {stats['requests_per_s']} req/s | {step} s |")  # fmt: skip
-    if "step_wall_s" in result["training"]:
-        print(f"step wall time with no load: {result['training']['step_wall_s']['no_load']['median']} s (median)")
+    print("| run | load | GET p50 / p99 | POST p50 / p99 | errors | throughput | step wall time (median) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for run, loads in (("no job training", result["idle"]), ("a job training", result["training"])):
+        for rate in map(label, args.rates):
+            stats = loads[rate]
+            get, post = (stats["endpoints"][name] for name in ("GET /v1/jobs/{id}", "POST /v1/jobs"))
+            step = stats.get("step_wall_s", {}).get("median", "–")
+            print(f"| {run} | {rate} | {get['p50_ms']} / {get['p99_ms']} ms | {post['p50_ms']} / {post['p99_ms']} ms "
+                  f"| {stats['errors']} | {stats['requests_per_s']} req/s | {step} s |")  # fmt: skip
+    print(f"step wall time with no load: {result['training']['step_wall_s_no_load']['median']} s (median)")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,17 @@
-"""A closed-loop HTTP load generator, run as its own process so the load never shares the server's interpreter.
+"""An HTTP load generator, run as its own process so the load never shares the server's interpreter.
 
 Opens ``--connections`` keep-alive connections, spread evenly over the bearer tokens given (one client
 session per token: the server caps requests in progress per credential), and on each connection sends
-requests back to back for ``--seconds``: ``GET --get-path``, with every ``--post-every``-th request a
-``POST --post-path`` of ``--post-body`` instead. Prints one JSON object: requests, errors by status,
+``GET --get-path``, with every ``--post-every``-th request a ``POST --post-path`` of ``--post-body`` instead,
+for ``--seconds``:
+
+- closed loop (``--rate 0``, the default): each connection sends its next request as soon as the last is
+  answered, so the server runs flat out and, by Little's law, mean latency is connections / throughput: it
+  measures how much the server can do, and its latencies are mostly queueing in front of it;
+- open loop (``--rate R``): the connections together send R requests a second on a fixed schedule, and each
+  latency counts from the moment its request was due, so a server that falls behind is charged for the wait
+  (no coordinated omission): it measures what a client sees at that load.
+ Prints one JSON object: requests, errors by status,
 throughput, and p50/p90/p99/max latency per endpoint (``--with-samples``: every latency too). aiohttp, not httpx: its C parser keeps the
 generator's own cost per request small, so more of the two cores is left to the server.
 
@@ -53,15 +61,22 @@ async def run(args: argparse.Namespace) -> dict:
         )
         for token in tokens
     ]
-    deadline = time.perf_counter() + args.seconds
+    begun = time.perf_counter()
+    deadline = begun + args.seconds
+    interval = args.connections / args.rate if args.rate > 0 else 0.0  # between one connection's requests
 
-    async def connection(session: aiohttp.ClientSession) -> None:
+    async def connection(index: int, session: aiohttp.ClientSession) -> None:
         sent = 0
-        while time.perf_counter() < deadline:
+        due = begun + index * interval / args.connections  # staggered: the connections' requests interleave
+        while due < deadline:
             sent += 1
-            posting = args.post_every > 0 and sent % args.post_every == 0
+            posting = args.post_every > 0 and (sent + index) % args.post_every == 0  # the POSTs spread, not in rounds
             name = f"POST {args.post_path}" if posting else f"GET {args.get_label}"
-            started = time.perf_counter()
+            if interval:
+                await asyncio.sleep(max(0.0, due - time.perf_counter()))
+                started, due = due, due + interval
+            else:
+                started = due = time.perf_counter()
             try:
                 request = session.post(args.post_path, json=body) if posting else session.get(args.get_path)
                 async with request as response:
@@ -72,16 +87,16 @@ async def run(args: argparse.Namespace) -> dict:
                 errors[f"{name}: {type(exc).__name__}"] += 1
             latencies[name].append(time.perf_counter() - started)
 
-    started = time.perf_counter()
     try:
-        await asyncio.gather(*(connection(sessions[i % len(sessions)]) for i in range(args.connections)))
+        await asyncio.gather(*(connection(i, sessions[i % len(sessions)]) for i in range(args.connections)))
     finally:
         for session in sessions:
             await session.close()
-    elapsed = time.perf_counter() - started
+    elapsed = time.perf_counter() - begun
     total = sum(map(len, latencies.values()))
     return {
         "connections": args.connections,
+        "offered_per_s": args.rate or None,
         "tokens": len(tokens),
         "seconds": round(elapsed, 1),
         "requests": total,
@@ -104,6 +119,7 @@ def main() -> None:
     parser.add_argument("--post-every", type=int, default=0, help="every n-th request is a POST (0: none)")
     parser.add_argument("--connections", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--rate", type=float, default=0, help="requests a second over all connections (0: closed loop)")
     parser.add_argument("--with-samples", action="store_true", help="include every latency (seconds), to merge runs")
     args = parser.parse_args()
     result = asyncio.run(run(args))

@@ -10,6 +10,10 @@ answers 503) instead of queueing for half a minute. The API sizes its request th
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +70,27 @@ def make_engine(
         cursor.close()
 
     return engine
+
+
+@contextlib.contextmanager
+def one_writer(engine: Engine) -> Iterator[None]:
+    """Around a write transaction on a request thread: on SQLite, this process's writers take turns on a lock.
+
+    SQLite lets one connection write at a time, and a connection that finds the file locked waits in SQLite's busy
+    handler, which sleeps 1, 2, 5, 10 ... 100 ms between tries: fifteen request threads submitting at once made 33
+    jobs a second, each commit taking 0.3 ms. Queued on a lock, each writer starts the moment the one before it
+    commits. Only a speed-up: correctness stays with SQLite's own lock (other processes, the workers, still meet it).
+    PostgreSQL locks rows, not the database: nothing to do."""
+    if engine.dialect.name != "sqlite":
+        yield
+        return
+    with _sqlite_writer(engine.url.render_as_string(hide_password=False)):
+        yield
+
+
+@functools.cache
+def _sqlite_writer(url: str) -> threading.Lock:
+    return threading.Lock()
 
 
 def alembic_config(url: str) -> Config:

@@ -21,6 +21,7 @@ from service.auth import Principal
 from service.evaluation.compare import Measured, compare
 from service.evaluation.plan import EvaluationError, manifest_for, resolve
 from service.spec import CheckpointModel, EvaluationSpec
+from service.store import db as store_db
 from service.store import jobs, runs
 from service.store.tables import Job, JobKind, JobStatus
 
@@ -49,13 +50,15 @@ def submit_evaluation(spec: EvaluationSpec, session: SessionDep, caller: CallerD
         resolved = resolve(session, spec, settings)
     except EvaluationError as exc:
         raise HTTPException(422, str(exc)) from None
-    tenancy.hold_queue(session, caller=caller)
-    if (refusal := tenancy.refuse_queue(session, caller=caller, settings=settings)) is not None:
-        session.rollback()
-        raise HTTPException(429, refusal, tenancy.RETRY_LATER)
-    job = runs.create_evaluation(session, spec=spec, environment=resolved.env.name, owner_id=caller.id)
-    job.manifest = manifest_for(spec, resolved)
-    session.commit()
+    manifest = manifest_for(spec, resolved)
+    with store_db.one_writer(session.get_bind()):
+        tenancy.hold_queue(session, caller=caller)
+        if (refusal := tenancy.refuse_queue(session, caller=caller, settings=settings)) is not None:
+            session.rollback()
+            raise HTTPException(429, refusal, tenancy.RETRY_LATER)
+        job = runs.create_evaluation(session, spec=spec, environment=resolved.env.name, owner_id=caller.id)
+        job.manifest = manifest
+        session.commit()
     return EvaluationPublic.model_validate(job)
 
 

@@ -26,6 +26,7 @@ from service.api.schemas import (
 from service.auth import Principal
 from service.settings import Settings
 from service.spec import JobSpec
+from service.store import db as store_db
 from service.store import jobs, running, runs
 from service.store.tables import Job, JobStatus
 
@@ -79,7 +80,10 @@ def submit_job(
             raise HTTPException(422, refusal)
     if (refusal := tenancy.refuse_job(spec, env, caller=caller, settings=settings)) is not None:
         raise HTTPException(422, refusal)
-    job, replayed = _create_once(session, spec=spec, caller=caller, settings=settings, key=idempotency_key, env=env)
+    manifest = manifests.training_manifest(spec, env)  # outside the write lock; the worker writes it again at start
+    with store_db.one_writer(session.get_bind()):
+        job, replayed = _create_once(session, spec=spec, caller=caller, settings=settings, key=idempotency_key,
+                                     manifest=manifest)  # fmt: skip
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return JobPublic.model_validate(job)
@@ -170,7 +174,7 @@ def _create_once(
     caller: Principal,
     settings: Settings,
     key: str | None,
-    env: environments.Environment,
+    manifest: dict[str, Any],
 ) -> tuple[Job, bool]:
     """A new queued job with its manifest, committed; or the job an earlier request with the same key made (and True):
     a replay is never refused for a full queue."""
@@ -183,7 +187,7 @@ def _create_once(
         session.rollback()
         raise HTTPException(429, refusal, tenancy.RETRY_LATER)
     job = runs.create_job(session, spec=spec, owner_id=caller.id, idempotency_key=key, request_hash=digest)
-    job.manifest = manifests.training_manifest(spec, env)  # the worker writes it again when the job starts
+    job.manifest = manifest
     try:
         session.commit()
     except IntegrityError:  # a concurrent request with the same key committed first
