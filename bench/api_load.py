@@ -17,7 +17,7 @@ Writes ``bench/results/api_load.json`` (or ``--out``) and prints the README's ta
 and load share the machine's cores: that is the point (an operator's box), and the load process's own
 cost per request is part of what the server competes with.
 
-    python bench/api_load.py [--rates 200,400,closed] [--connections 50] [--seconds 20] [--load-steps 3]
+    python bench/api_load.py [--rates 100,200,300,closed] [--connections 50] [--seconds 20] [--load-steps 3]
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--connections", type=int, default=50)
     parser.add_argument("--tokens", type=int, default=5, help="operator tokens the connections are spread over")
-    parser.add_argument("--rates", type=rates, default=rates("200,400,closed"),
+    parser.add_argument("--rates", type=rates, default=rates("100,200,300,closed"),
                         help="comma-separated requests a second to offer, `closed` for back to back")
     parser.add_argument("--seconds", type=float, default=20, help="length of each idle load, and of each training slice")
     parser.add_argument("--post-every", type=int, default=10, help="every n-th request is a POST /v1/jobs")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import socket
@@ -64,6 +65,7 @@ def serve(
         raise fail(str(exc)) from None
     log_to_stderr()
     _import_environments()
+    _freeze_startup_objects()
     supervisor = worker_processes(settings)
     application.state.metrics_registry.register(supervisor)
     config = uvicorn.Config(
@@ -116,6 +118,14 @@ async def _serve(server: uvicorn.Server, sock: socket.socket, supervisor: Superv
     finally:
         stop.set()
         await supervising
+
+
+def _freeze_startup_objects() -> None:
+    """Keep what start-up made (640,000 objects: torch, ART, litellm, the app) out of the garbage collector's way.
+    A full collection walks every live object: 0.4 s, during which no request is answered; under load one came
+    every few seconds and set the API's p99. Frozen objects are never scanned (gc.freeze: they are not garbage)."""
+    gc.collect()
+    gc.freeze()
 
 
 def _import_environments() -> None:
