@@ -31,7 +31,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 sys.path.insert(0, str(ROOT / "bench"))
-from api_load import percentile  # noqa: E402
+from http_load import percentile  # noqa: E402
 from env_rl import machine  # noqa: E402
 from service_overhead import free_port, wait_until_serving  # noqa: E402
 
