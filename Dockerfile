@@ -21,9 +21,11 @@ RUN python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))
         > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt
 
-# Editable, because migrations/ and scenarios/ are found beside the packages: the source stays in /app.
-COPY . .
-RUN pip install --no-deps -e . \
+# The project itself, installed like any package (its splits, migrations and prompts are package data): the image
+# runs the installed code, not a source tree.
+COPY . /tmp/artsvc
+RUN pip install --no-deps /tmp/artsvc \
+    && rm -rf /tmp/artsvc \
     && useradd --create-home --uid 10001 artsvc \
     && mkdir -p /data \
     && chown artsvc /data

@@ -23,15 +23,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlmodel import Session
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before ART imports litellm, as artsvc's main() does
 
-from env_rl import RESULTS, machine
-from service.evaluation.compare import Measured, compare
-from service.evaluation.runner import run_evaluation
-from service.settings import Settings
-from service.spec import EvaluationSpec
-from service.store import db as store_db
-from service.store import runs
+from sqlmodel import Session  # noqa: E402
+
+from env_rl import RESULTS, machine  # noqa: E402
+from service.evaluation.compare import Measured, compare  # noqa: E402
+from service.evaluation.runner import run_evaluation  # noqa: E402
+from service.settings import Settings  # noqa: E402
+from service.spec import EvaluationSpec  # noqa: E402
+from service.store import db as store_db  # noqa: E402
+from service.store import runs  # noqa: E402
 
 N = 8
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import entry_points
-from pathlib import Path
+from importlib.resources.abc import Traversable
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # annotations only: importing ART (and torch) takes seconds
@@ -87,13 +87,13 @@ PROTOCOL_MEMBERS = tuple(Environment.__annotations__) + tuple(
 
 
 @cache
-def read_jsonl(path: Path) -> tuple[dict[str, Any], ...]:
+def read_jsonl(path: Traversable) -> tuple[dict[str, Any], ...]:
     """Rows of a committed JSONL split file, parsed once per process."""
     return tuple(json.loads(line) for line in path.read_text().splitlines() if line.strip())
 
 
 @cache
-def file_fingerprint(path: Path) -> str:
+def file_fingerprint(path: Traversable) -> str:
     """The sha256 of a committed data file, read once per process like its rows (``read_jsonl``)."""
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -102,7 +102,8 @@ class BaseEnvironment:
     """Defaults for the optional parts of :class:`Environment` (documented there).
 
     Set ``scenario_dir`` (on the class, or per instance) to a folder holding ``train.jsonl``,
-    ``val.jsonl`` and ``test.jsonl`` and the splits and their fingerprints come for free.
+    ``val.jsonl`` and ``test.jsonl`` and the splits and their fingerprints come for free: a ``Path``, or
+    package data as ``importlib.resources.files("your_package") / "data"`` so that any install finds it.
     """
 
     name: ClassVar[str]
@@ -113,9 +114,9 @@ class BaseEnvironment:
     tools: Sequence[dict[str, Any]] = ()
     embedded_base_model: str | None = None
     recommended_base_model: str = DEFAULT_PRETRAINED_MODEL
-    scenario_dir: Path | None = None
+    scenario_dir: Traversable | None = None
 
-    def _split_path(self, split: str) -> Path:
+    def _split_path(self, split: str) -> Traversable:
         if self.scenario_dir is None:
             raise NotImplementedError(f"{type(self).__name__} sets no scenario_dir; override scenarios()")
         if split not in SPLITS:

@@ -1,10 +1,10 @@
 """A grader as a job's training reward: each trajectory's final reply graded against its scenario.
 
-Shaped like RulerJudge (``judge(group) -> GroupJudgement``), so the training loop treats both alike. A
-group with a trajectory the grader could not grade (details carry "error": a timeout, a failed model
-call) is dropped from the step with the reason, as a group RULER could not score is: a 0.0 that means
-"not graded" must not train the policy as if it were a bad answer. A reply longer than MAX_REPLY_CHARS is
-not graded either: the graders' work grows with it.
+A judge like RulerJudge (``judge(group) -> GroupJudgement``, judges/judgement.py), so the training loop treats
+both alike. A group with a trajectory the grader could not grade (details carry "error": a timeout, a failed
+model call) is dropped from the step with the reason, as a group RULER could not score is: a 0.0 that means
+"not graded" must not train the policy as if it were a bad answer. A reply longer than MAX_REPLY_CHARS is not
+graded either: the graders' work grows with it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import art
 
 from judges.graders import Grader, GradeResult, sample_from_text
 from judges.groups import rescore
-from judges.ruler import GroupJudgement
+from judges.judgement import GroupJudgement
 from judges.usage import JudgeUsage
 
 MAX_REPLY_CHARS = 50_000  # graded at most: parsing, rendering and the metrics all grow with the reply

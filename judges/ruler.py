@@ -20,6 +20,7 @@ is judged by calling ``art.rewards.ruler`` and then:
 Prompt layout for provider caching: ART puts its rubric in the system message; here the tools the
 agent had are appended to the rubric (instead of following each group's context), so the system
 message is identical for every call of a job, and the user message starts with the shared context.
+That layout is ``ruler.txt``, beside this module.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ import asyncio
 import json
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from importlib.resources import files
 from typing import Any
 
 import art
@@ -36,9 +38,11 @@ import pydantic
 from art.rewards.ruler import DEFAULT_RUBRIC, TrajectoryScore, ruler
 
 from judges.groups import rescore
+from judges.judgement import GroupJudgement
 from judges.usage import BudgetSpent, JudgeBudget, JudgeUsage, UsageMeter
 
 VERSION = "ruler-artsvc-1.0.0"  # bump when the judging semantics (prompt, matching, clamping) change
+SYSTEM_WITH_TOOLS = files("judges").joinpath("ruler.txt").read_text(encoding="utf-8").removesuffix("\n")  # package data
 
 
 @dataclass(frozen=True)
@@ -56,10 +60,9 @@ class JudgeConfig:
     concurrency: int = 4
 
     def system_rubric(self, tools: list[Any] | None) -> str:
+        """The judge's system message: the job's rubric (ART's by default), then the tools the agent had."""
         rubric = (self.rubric or DEFAULT_RUBRIC).strip()
-        if tools:
-            rubric += "\n\nThe agent could call these tools:\n" + json.dumps(tools, sort_keys=True)
-        return rubric
+        return SYSTEM_WITH_TOOLS.format(rubric=rubric, tools=json.dumps(tools, sort_keys=True)) if tools else rubric
 
     def litellm_params(self) -> dict[str, Any]:
         params: dict[str, Any] = {"timeout": self.timeout_s, "max_retries": 0}  # the retries are ours, not the SDK's
@@ -68,18 +71,6 @@ class JudgeConfig:
         if self.api_key:
             params["api_key"] = self.api_key
         return params
-
-
-@dataclass
-class GroupJudgement:
-    """How judging one group went: the rescored group, or None and why it was dropped."""
-
-    group: art.TrajectoryGroup | None
-    attempts: int
-    usage: JudgeUsage
-    failure: str | None = None
-    clamped: list[str] = field(default_factory=list)
-    retried: list[str] = field(default_factory=list)
 
 
 class MalformedVerdict(ValueError):

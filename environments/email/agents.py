@@ -26,8 +26,8 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from environments.email.corpus import field_value, mentions
 from environments.email.episode import Episode, EpisodeResult
+from environments.email.facts import field_value, mentions
 from environments.email.search import Index
 from environments.email.tools import NO_RESULTS
 

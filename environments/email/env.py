@@ -15,8 +15,8 @@ import art
 from environments.base import BaseEnvironment, Sampling, file_fingerprint
 from environments.chat import complete
 from environments.email.agents import demonstrator, play
-from environments.email.corpus import MESSAGES_FILE, SCENARIO_DIR
 from environments.email.episode import Episode, check_max_turns
+from environments.email.facts import MESSAGES_FILE, SCENARIO_DIR
 from environments.email.tools import tool_specs
 from environments.email.verifier import SCORER_NAME, SCORER_VERSION
 from environments.prompts import system

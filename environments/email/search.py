@@ -20,7 +20,7 @@ from datetime import date
 from functools import cache
 from typing import Any
 
-from environments.email.corpus import MESSAGES_FILE, SCENARIO_DIR
+from environments.email.facts import MESSAGES_FILE, SCENARIO_DIR
 
 MAX_HITS = 5
 MAX_WORDS = 12

@@ -7,9 +7,9 @@ or with subtraction, the same warm start stayed between 20% and 50% greedy accur
 too weak for RL to have a clean signal. The other levels (see :data:`LEVELS`) are for real LLMs.
 
 Every level has its own seed, its own splits and its own ``fingerprints.json`` (the default level's
-in ``scenarios/math/``, the others' in ``scenarios/math/<level>/``). Splits are disjoint by the
-problem's key (see :mod:`environments.math.problems`), so no val or test question is a rewording of a
-train question. Run ``python -m environments.math.scenarios [LEVEL ...]`` to regenerate them.
+in the package data folder ``environments/math/data/``, the others' in ``data/<level>/``). Splits are
+disjoint by the problem's key (see :mod:`environments.math.problems`), so no val or test question is a
+rewording of a train question. Run ``python -m environments.math.scenarios [LEVEL ...]`` to regenerate them.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import random
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from environments.math import problems
@@ -27,7 +29,9 @@ from environments.math import problems
 GENERATOR_SEED = 20261122  # the default level's
 SPLIT_SIZES = {"train": 20000, "val": 200, "test": 200}  # the default level's
 LEVEL_SPLIT_SIZES = {"train": 4000, "val": 200, "test": 200}  # every other level's
-SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios" / "math"
+# Package data (pyproject.toml), read through importlib.resources so that any install finds it; a pathlib.Path when
+# the package is a folder on disk, as in the checkout the generator writes to.
+SCENARIO_DIR = files("environments.math") / "data"
 
 
 @dataclass(frozen=True)
@@ -37,11 +41,11 @@ class Level:
     problem: Callable[[random.Random], problems.Problem]
     seed: int
     sizes: dict[str, int]
-    folder: str  # where its splits are, under scenarios/math/ ("" for the default level's)
+    folder: str  # where its splits are, under SCENARIO_DIR ("" for the default level's)
     id_prefix: str  # row ids are f"{id_prefix}-{split}-{index:05d}"
 
     @property
-    def directory(self) -> Path:
+    def directory(self) -> Traversable:
         return SCENARIO_DIR / self.folder
 
 

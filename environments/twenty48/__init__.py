@@ -1,37 +1,23 @@
-"""2048 as a multi-turn game: reach a target tile one ``<move>DIRECTION</move>`` reply at a time."""
+"""2048 as a multi-turn game: reach a target tile one ``<move>DIRECTION</move>`` reply at a time.
 
-from environments.twenty48.engine import (
-    DIRECTIONS,
-    Board,
-    Game,
-    board_sum,
-    is_game_over,
-    max_tile,
-    new_game,
-    slide,
-    spawn,
-    valid_moves,
-)
-from environments.twenty48.env import Twenty48Environment
-from environments.twenty48.render import format_move, parse_move, render
-from environments.twenty48.scoring import OUTCOMES, SCORER_VERSION, reward
+The package exports its environment class only; the engine, the rendering and the scoring are plain Python imported
+from their modules (``from environments.twenty48.engine import slide``). The class loads on first use, so that they
+and ``python -m environments.twenty48.scenarios`` (which regenerates the data) run without importing ART.
+"""
 
-__all__ = [
-    "DIRECTIONS",
-    "OUTCOMES",
-    "SCORER_VERSION",
-    "Board",
-    "Game",
-    "Twenty48Environment",
-    "board_sum",
-    "format_move",
-    "is_game_over",
-    "max_tile",
-    "new_game",
-    "parse_move",
-    "render",
-    "reward",
-    "slide",
-    "spawn",
-    "valid_moves",
-]
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from environments.twenty48.env import Twenty48Environment
+
+__all__ = ["Twenty48Environment"]
+
+
+def __getattr__(name: str) -> Any:
+    if name != "Twenty48Environment":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from environments.twenty48.env import Twenty48Environment
+
+    return Twenty48Environment

@@ -3,19 +3,22 @@
 A scenario is a game seed: the seed fixes the two opening tiles and every later spawn, so a
 scenario is the same game for every policy that plays the same moves. Seeds are drawn without
 replacement, so no val or test game is a train game. Run ``python -m environments.twenty48.scenarios``
-to regenerate ``scenarios/2048/``.
+to regenerate the package data folder ``environments/twenty48/data/``.
 """
 
 from __future__ import annotations
 
 import json
 import random
+from importlib.resources import files
 from pathlib import Path
 
 GENERATOR_SEED = 20480417
 SPLIT_SIZES = {"train": 10000, "val": 200, "test": 200}
 SEED_SPACE = 2**31
-SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios" / "2048"
+# Package data (pyproject.toml), read through importlib.resources so that any install finds it; a pathlib.Path when
+# the package is a folder on disk, as in the checkout the generator writes to.
+SCENARIO_DIR = files("environments.twenty48") / "data"
 
 
 def generate_splits(seed: int = GENERATOR_SEED) -> dict[str, list[dict]]:

@@ -7,24 +7,19 @@ recurses into it.
 from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from judges.graders.base import Grader, GraderConfigError
 from judges.graders.limits import tree_problem
-from judges.graders.multi import MultiConfig, MultiGrader
+from judges.graders.multi import GraderConfig, MultiConfig, MultiGrader
 from judges.graders.python import PythonConfig, PythonGrader
 from judges.graders.registry import CodeGraders, GraderRegistry
 from judges.graders.score_model import ScoreModelConfig, ScoreModelGrader
-from judges.graders.string_check import StringCheckConfig, StringCheckGrader
+from judges.graders.string_check import StringCheckGrader
 from judges.graders.text_similarity import TextSimilarityConfig, TextSimilarityGrader
 
-GraderConfig = Annotated[
-    StringCheckConfig | TextSimilarityConfig | PythonConfig | ScoreModelConfig | MultiConfig,
-    Field(discriminator="type"),
-]
-MultiConfig.model_rebuild(_types_namespace={"GraderConfig": GraderConfig})  # multi's parts are any grader config
 KINDS = ("string_check", "text_similarity", "python", "score_model", "multi")
 _CONFIG = TypeAdapter(GraderConfig)
 

@@ -17,15 +17,16 @@ import asyncio
 import keyword
 from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Literal
+from typing import Annotated, Literal
 
 import simpleeval
 from pydantic import Field, ValidationInfo, field_validator
 
 from judges.graders.base import Grader, GradeResult, GraderModel, clamp, describe, finite_number, shown
-
-if TYPE_CHECKING:
-    from judges.graders.build import GraderConfig
+from judges.graders.python import PythonConfig
+from judges.graders.score_model import ScoreModelConfig
+from judges.graders.string_check import StringCheckConfig
+from judges.graders.text_similarity import TextSimilarityConfig
 
 VERSION = "multi-1.1.0"  # bump when combining changes; a grader's version also names its parts' versions
 
@@ -65,6 +66,15 @@ class MultiConfig(GraderModel):
         if "graders" in info.data:  # absent when the graders were invalid, which is reported already
             check_formula(formula, info.data["graders"])
         return formula
+
+
+# Any grader's config, told apart by ``type``. A multi grader's parts are any of them, multi included, so the union is
+# defined here, beside the one config that nests it, and completes MultiConfig's annotation of its parts.
+GraderConfig = Annotated[
+    StringCheckConfig | TextSimilarityConfig | PythonConfig | ScoreModelConfig | MultiConfig,
+    Field(discriminator="type"),
+]
+MultiConfig.model_rebuild()
 
 
 def check_formula(formula: str, names: Collection[str]) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from importlib.resources import files
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
@@ -23,7 +24,8 @@ from judges.graders.templates import Template
 
 VERSION = "score_model-1.0.0"  # bump when the instruction, the parsing or the mapping changes
 
-INSTRUCTION = "Reply with only a number from {lo} to {hi}: the score. No other text."
+# The system line before the config's messages: score_model.txt beside this module (package data).
+INSTRUCTION = files("judges.graders").joinpath("score_model.txt").read_text(encoding="utf-8").removesuffix("\n")
 NUMBER = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")  # ASCII digits only
 MAX_REPLY_CHARS = 500  # of the reply, kept in details
 DEFAULT_TIMEOUT_S = 60.0  # for each call, unless the operator's litellm_params say otherwise

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-
-os.environ.setdefault("TQDM_DISABLE", "1")  # ART's gather bars would fight the rich progress display
 
 import typer
 from rich.console import Console

@@ -25,7 +25,9 @@ from sqlmodel import create_engine
 if TYPE_CHECKING:  # Alembic is imported where a migration or check needs it: `artsvc submit` and `watch` never do
     from alembic.config import Config
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+# The Alembic scripts as a package resource (package data, pyproject.toml): Alembic finds them with importlib.resources,
+# in any install, not only in a checkout.
+MIGRATIONS = "service.store:migrations"
 
 
 SQLITE_LOCK_WAIT_S = 30.0  # a writer waits this long for another's transaction before "database is locked"
@@ -97,7 +99,7 @@ def alembic_config(url: str) -> Config:
     from alembic.config import Config
 
     config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("script_location", MIGRATIONS)
     config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return config
 

@@ -1,4 +1,4 @@
-"""SQL tables (SQLModel). Alembic migrations under ``migrations/`` are the only author of the schema."""
+"""SQL tables (SQLModel). Alembic migrations under ``service/store/migrations/`` are the only author of the schema."""
 
 from __future__ import annotations
 

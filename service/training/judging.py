@@ -18,7 +18,8 @@ import polars as pl
 
 from judges.graders import build_grader
 from judges.grading import GraderJudge
-from judges.ruler import GroupJudgement, JudgeConfig, RulerJudge
+from judges.judgement import GroupJudgement
+from judges.ruler import JudgeConfig, RulerJudge
 from judges.usage import BudgetSpent, JudgeBudget, JudgeUsage
 from service.settings import Settings
 from service.spec import RewardSpec

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from environments.email import corpus
+from environments.email import corpus, events, facts
 from environments.email.env import EmailEnvironment
 
 PRINTABLE = set(string.printable) - set("\x0b\x0c\r")
@@ -21,16 +21,16 @@ def generated():
 
 @pytest.fixture(scope="module")
 def committed():
-    messages = [json.loads(line) for line in (corpus.SCENARIO_DIR / corpus.MESSAGES_FILE).read_text().splitlines()]
+    messages = [json.loads(line) for line in (facts.SCENARIO_DIR / facts.MESSAGES_FILE).read_text().splitlines()]
     env = EmailEnvironment()
     return messages, {split: list(env.scenarios(split)) for split in ("train", "val", "test")}
 
 
 def test_committed_files_are_what_the_generator_makes(generated):
     messages, splits = generated
-    assert (corpus.SCENARIO_DIR / corpus.MESSAGES_FILE).read_bytes() == corpus.canonical_bytes(messages)
+    assert (facts.SCENARIO_DIR / facts.MESSAGES_FILE).read_bytes() == corpus.canonical_bytes(messages)
     for split, rows in splits.items():
-        assert (corpus.SCENARIO_DIR / f"{split}.jsonl").read_bytes() == corpus.canonical_bytes(rows), split
+        assert (facts.SCENARIO_DIR / f"{split}.jsonl").read_bytes() == corpus.canonical_bytes(rows), split
 
 
 def test_fingerprints_cover_the_splits_and_the_corpus():
@@ -49,14 +49,14 @@ def test_sizes_and_shape(committed):
     by_id = {m["id"]: m for m in messages}
     for m in messages:
         assert set(m["body"] + m["subject"] + m["from"]) <= PRINTABLE, m["id"]
-        assert len(m["body"]) <= corpus.MAX_BODY_CHARS and len(m["subject"]) <= 40
+        assert len(m["body"]) <= events.MAX_BODY_CHARS and len(m["subject"]) <= 40
         if m["reply_to"] is not None:
             parent = by_id[m["reply_to"]]
             assert parent["inbox"] == m["inbox"] and parent["date"] <= m["date"]
     assert sum(m["subject"].startswith("Re: ") for m in messages) > 50  # threads
     for rows in splits.values():
         for row in rows:
-            assert len(row["question"]) <= corpus.MAX_QUESTION_CHARS and 1 <= len(row["answer"]) <= 20
+            assert len(row["question"]) <= events.MAX_QUESTION_CHARS and 1 <= len(row["answer"]) <= 20
             assert set(row["question"] + row["answer"]) <= PRINTABLE
             assert len(row["source_ids"]) == len(row["hops"]) == len(row["keywords"]) in (1, 2)
             assert all(by_id[s]["inbox"] == row["inbox"] for s in row["source_ids"])
@@ -83,12 +83,12 @@ def test_answers_are_the_newest_fitting_message_and_distractors_exist(committed)
     for row in splits["val"] + splits["test"]:
         inbox = by_inbox[row["inbox"]]
         for hop, source in zip(row["hops"], row["source_ids"]):
-            assert corpus.truth(inbox, hop)["id"] == source
+            assert facts.truth(inbox, hop)["id"] == source
         last = next(m for m in inbox if m["id"] == row["source_ids"][-1])
-        assert corpus.field_value(last["body"], row["hops"][-1]["field"]) == row["answer"]
+        assert facts.field_value(last["body"], row["hops"][-1]["field"]) == row["answer"]
         # another message of the inbox has the same kind of fact line on the same subject
         hop = row["hops"][-1]
-        others = [m for m in inbox if m["id"] != last["id"] and corpus.field_value(m["body"], hop["field"]) is not None
-                  and corpus.mentions(m["subject"] + "\n" + m["body"], hop["match"][:1])]  # fmt: skip
+        others = [m for m in inbox if m["id"] != last["id"] and facts.field_value(m["body"], hop["field"]) is not None
+                  and facts.mentions(m["subject"] + "\n" + m["body"], hop["match"][:1])]  # fmt: skip
         distracted += bool(others)
     assert distracted >= 50  # most questions have a near-duplicate to get wrong

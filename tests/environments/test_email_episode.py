@@ -11,8 +11,9 @@ import pytest
 from openai.types.chat.chat_completion import Choice
 
 from environments.base import Sampling
-from environments.email import EmailEnvironment, Episode, demonstrator, oracle, play, random_agent
-from environments.email.episode import ALREADY_ANSWERED, NO_TOOL_CALL, TOO_MANY_CALLS
+from environments.email import EmailEnvironment
+from environments.email.agents import demonstrator, oracle, play, random_agent
+from environments.email.episode import ALREADY_ANSWERED, NO_TOOL_CALL, TOO_MANY_CALLS, Episode
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,10 @@ from environments.email import EmailEnvironment
 from environments.math import MathEnvironment
 from environments.math.scenarios import LEVELS
 from environments.prompts import EXAMPLE_ASSISTANT, EXAMPLE_USER, is_example
-from environments.twenty48 import Twenty48Environment, format_move, parse_move, render
+from environments.twenty48 import Twenty48Environment
 from environments.twenty48.env import EXAMPLES
 from environments.twenty48.player import choose_move
+from environments.twenty48.render import format_move, parse_move, render
 
 ENVIRONMENTS = [
     *(MathEnvironment(level=level) for level in LEVELS),

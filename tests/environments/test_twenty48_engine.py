@@ -7,19 +7,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from environments.twenty48 import (
+from environments.twenty48.engine import (
     DIRECTIONS,
     board_sum,
-    format_move,
     is_game_over,
     max_tile,
     new_game,
-    parse_move,
-    render,
     slide,
     spawn,
     valid_moves,
 )
+from environments.twenty48.render import format_move, parse_move, render
 
 
 def row_left(row):

@@ -11,21 +11,12 @@ from openai.types.chat.chat_completion import ChatCompletion, Choice
 
 from environments import Sampling, load
 from environments.base import EnvironmentConfigError
-from environments.twenty48 import (
-    DIRECTIONS,
-    Twenty48Environment,
-    format_move,
-    max_tile,
-    new_game,
-    parse_move,
-    render,
-    reward,
-    slide,
-    valid_moves,
-)
+from environments.twenty48 import Twenty48Environment
 from environments.twenty48 import scenarios as scenario_files
+from environments.twenty48.engine import DIRECTIONS, max_tile, new_game, slide, valid_moves
 from environments.twenty48.player import choose_move, play
-from environments.twenty48.render import EMPTY, EXPONENT_DIGITS
+from environments.twenty48.render import EMPTY, EXPONENT_DIGITS, format_move, parse_move, render
+from environments.twenty48.scoring import reward
 
 TINY = "embedded/char-gpt-0.2m"
 

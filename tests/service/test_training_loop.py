@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from sqlmodel import Session, select
 
-from environments.math import OUTCOMES, MathEnvironment
+from environments.math import MathEnvironment
+from environments.math.scorer import OUTCOMES
 from service.spec import JobSpec
 from service.store import db as store_db
 from service.store import runs
