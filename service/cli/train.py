@@ -1,17 +1,15 @@
-"""``artsvc train`` and ``artsvc db upgrade``: run a job in this process, migrate the store."""
+"""``artsvc train``: run a job in this process."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from sqlmodel import Session
@@ -24,7 +22,7 @@ from service.store import db as store_db
 from service.store import runs
 from service.store.tables import Job, JobStatus
 
-from service.cli.app import app, console, db_app, fail
+from service.cli.app import app, console, fail
 
 JOB_FIELDS = (
     "id", "status", "environment", "step", "step0_val_accuracy", "best_val_accuracy", "best_step",
@@ -33,7 +31,7 @@ JOB_FIELDS = (
 
 
 def job_summary(job: Job, *, database_url: str) -> dict[str, Any]:
-    """A job as DESIGN.md names its fields, plus where it is stored and how long it took."""
+    """A job as the API names its fields, plus where it is stored and how long it took."""
     data = job.model_dump(mode="json", include=set(JOB_FIELDS))
     summary = {field: data.get(field) for field in JOB_FIELDS}
     if job.started_at and job.finished_at:
@@ -223,14 +221,3 @@ def _print_summary(summary: dict[str, Any]) -> None:
     for name, value in rows:
         table.add_row(name, f"{value:.3f}" if isinstance(value, float) and name != "wall time (s)" else str(value))
     console.print(table)
-
-
-@db_app.command("upgrade")
-def db_upgrade() -> None:
-    """Migrate the configured database to the newest schema."""
-    settings = get_settings()
-    try:
-        store_db.upgrade(settings.resolved_database_url)
-    except store_db.StoreError as exc:
-        raise fail(str(exc)) from None
-    console.print(f"database at {settings.resolved_database_url} is up to date")
