@@ -1,4 +1,4 @@
-"""``artsvc train``: run a job in this process."""
+"""``artsvc train``: submit a job as the API does (service/submission.py) and run it in this process."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from sqlmodel import Session
 
-import environments
+from service import submission
+from service.auth import LOCAL_PRINCIPAL
 from service.cpu import wait_passively
 from service.settings import Settings, get_settings
 from service.spec import JobSpec
@@ -126,10 +127,10 @@ def train(
                                "every_n_steps": every_n_steps, "max_examples": val_examples},
             }  # fmt: skip
             spec = _build_spec(spec_file, env, seed, flags, _parse_env_args(env_arg or []))
-            if (refusal := settings.refuse_reward(spec.reward)) is not None:
-                raise fail(refusal)
-            job = runs.create_job(session, spec=spec)
-            session.commit()
+            try:  # as the local operator: checked as the API checks an operator's job
+                job, _ = submission.submit(session, spec, caller=LOCAL_PRINCIPAL, settings=settings)
+            except submission.Refused as exc:
+                raise fail(str(exc)) from None
     # Imported only now, with the job in hand: torch and ART take seconds to load, which `artsvc --help` and
     # refused arguments need not wait for.
     from service.backends import BackendUnavailableError
@@ -173,7 +174,8 @@ def _parse_env_args(pairs: list[str]) -> dict[str, Any]:
 def _build_spec(
     spec_file: Optional[Path], env: Optional[str], seed: int, flags: dict[str, dict[str, Any]], env_args: dict[str, Any]
 ) -> JobSpec:
-    """The JobSpec from the spec file (if any) with command-line flags on top; clear errors."""
+    """The JobSpec from the spec file (if any) with command-line flags on top; clear errors. Whether this server
+    runs it is ``submission.submit``'s to say."""
     base: dict[str, Any] = {}
     if spec_file is not None:
         try:
@@ -184,8 +186,6 @@ def _build_spec(
         base["environment"] = env
     if "environment" not in base:
         raise fail("say which environment to train on: --env NAME")
-    if base["environment"] not in environments.available():
-        raise fail(f"unknown environment {base['environment']!r}; installed: {', '.join(sorted(environments.available()))}")
     for section, values in flags.items():
         for name, value in values.items():
             if value is not None:
@@ -198,10 +198,6 @@ def _build_spec(
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise fail(f"invalid job spec: {problems}") from None
-    try:
-        environments.load(spec.environment, spec.environment_args)
-    except environments.EnvironmentConfigError as exc:
-        raise fail(str(exc)) from None
     return spec
 
 
