@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,15 @@ def build(*, kind: str, env: Environment, environment_args: dict[str, Any], lock
         "seed": seed,
         "code_version": code_version(),
     }
+
+
+def refreshed(stored: dict[str, Any] | None, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """The manifest a job was submitted with, as the process that runs it keeps it. The same code computes the same
+    manifest from the stored spec, so it is kept as stored; other code (a worker deployed apart from the API) may
+    load other environments and scorers, and what runs is what counts: ``make()``, as for a job stored without one."""
+    if stored is not None and stored.get("code_version") == code_version():
+        return stored
+    return make()
 
 
 def runtime() -> dict[str, Any]:

@@ -215,9 +215,8 @@ class Settings(BaseSettings):
         """Why this server will not run a job with ``reward``: it names a judge model (RULER's, or a score_model
         grader's) that the operator does not allow, or a code grader the operator has not registered. None if it
         may. Imports nothing a job names."""
-        allowed = ", ".join(self.judge_models) or "none (the operator sets ARTSVC_JUDGE_MODELS)"
-        if reward.judge_model is not None and reward.judge_model not in self.judge_models:
-            return f"reward.judge_model: {reward.judge_model!r} is not a judge this server allows; allowed: {allowed}"
+        if reward.judge_model is not None and (refusal := self.refuse_judge(reward.judge_model)) is not None:
+            return refusal
         if reward.grader is not None:
             from judges.graders import GraderConfigError, check_grader  # config models only: cheap to import
 
@@ -228,6 +227,13 @@ class Settings(BaseSettings):
             except GraderConfigError as exc:
                 return f"reward.grader: {exc}"
         return None
+
+    def refuse_judge(self, model: str) -> str | None:
+        """Why this server will not let ``model`` judge as RULER (``reward.judge_model``); None if it may."""
+        if model in self.judge_models:
+            return None
+        allowed = ", ".join(self.judge_models) or "none (the operator sets ARTSVC_JUDGE_MODELS)"
+        return f"reward.judge_model: {model!r} is not a judge this server allows; allowed: {allowed}"
 
     def code_graders(self) -> CodeGraders:
         """The python graders jobs may name (the artsvc.graders entry points and grader_functions, read from

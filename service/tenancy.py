@@ -5,8 +5,8 @@ model, only those in ``client_base_models`` (``*``: any), and may have ``tenant_
 evaluations waiting at most. Operator tokens, and the local single-user mode, choose backends, base models and how
 much to queue themselves: spending the operator's resources is the operator's decision. Every token, an operator's
 too, is held to the per-job limits (``max_steps_per_job``, ``max_rollouts_per_job``), which guard the workers against
-a slip as much as against a tenant. ``artsvc train`` runs one job in the operator's own process, on the operator's
-settings, and passes none of these checks. How many jobs of a tenant run at once, and in what order tenants are
+a slip as much as against a tenant; ``artsvc train`` submits as the local operator and is held to them too
+(service/submission.py makes every check). How many jobs of a tenant run at once, and in what order tenants are
 served, is the workers' side (service/worker/leases.py).
 """
 

@@ -216,5 +216,3 @@ def random_agent(scenario: Mapping[str, Any], rng: random.Random) -> AgentRun:
             name = rng.choice(TOOL_NAMES)
         yield [(name, _random_arguments(rng, name, scenario))]
 
-
-AGENTS: dict[str, Agent] = {"oracle": oracle, "demonstrator": demonstrator, "random": random_agent}

@@ -1,9 +1,9 @@
 """One error shape for every refusal: ``{"detail": "<what is wrong>"}``, plus ``errors`` naming each bad field.
 
 ``install`` registers the handlers and documents the shape as every operation's ``4XX`` response,
-so the OpenAPI schema promises what the handlers send. Unexpected exceptions answer a generic
-500 (the server logs the traceback); an unreachable store, or no free database connection within
-the pool's wait (overload), answers 503 with ``Retry-After``.
+so the OpenAPI schema promises what the handlers send. A refused submission (service/submission.py) answers the
+status it carries. Unexpected exceptions answer a generic 500 (the server logs the traceback); an unreachable
+store, or no free database connection within the pool's wait (overload), answers 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
+
+from service.submission import Refused
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +52,7 @@ def install(app: FastAPI) -> None:
     app.router.responses = {**ERROR_RESPONSES, **app.router.responses}
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(Refused, _refused)
     app.add_exception_handler(OperationalError, _store_unavailable)
     app.add_exception_handler(PoolTimeout, _no_free_connection)
     app.add_exception_handler(Exception, _unexpected)
@@ -103,6 +106,10 @@ async def _http_error(request: Request, exc: HTTPException) -> Response:
     if detail == FASTAPI_UNPARSABLE_BODY and isinstance(exc.__cause__, (ValueError, RecursionError)):
         detail = f"body: unreadable JSON: {_why_unreadable(exc.__cause__)}"
     return _json(exc.status_code, ErrorBody(detail=detail), headers)
+
+
+async def _refused(request: Request, exc: Refused) -> JSONResponse:
+    return _json(exc.status, ErrorBody(detail=str(exc)), exc.headers)
 
 
 def _why_unreadable(error: Exception) -> str:

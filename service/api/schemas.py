@@ -2,7 +2,7 @@
 chat completion request of a trained checkpoint with its bounds (``ChatCompletionCreate``).
 
 They are read from the SQL rows (``from_attributes``) and list exactly the fields clients are
-promised (DESIGN.md); internal columns (owner, lease, request hash) never leave the service.
+promised; internal columns (owner, lease, request hash) never leave the service.
 """
 
 from __future__ import annotations

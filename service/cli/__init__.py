@@ -1,8 +1,9 @@
-"""``artsvc``: the command line of the service. Each module registers its verbs on ``app``."""
+"""``artsvc``: the command line of the service. Each module registers its verbs on ``app``, in the order of the
+imports below (the order ``artsvc --help`` lists them)."""
 
 import os
 
-from service.cli import client, envs, evaluate, export, plot, serve, tokens, train, worker  # noqa: F401  (the verbs)
+from service.cli import remote, envs, evaluate, export, plot, serve, tokens, train, worker, db  # noqa: F401
 from service.cli.app import app
 
 # Read once, when litellm and tqdm are first imported: main() sets them before any verb imports either (importing

@@ -14,8 +14,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from service.cli.app import app, console, fail
-from service.cli.client import ApiUrlOption, TokenOption, api_client, read_json_file
-from service.client import ApiError
+from service.cli.remote import ApiUrlOption, TokenOption, api_client, read_json_file
+from service.api_client import ApiError
 
 
 @app.command()

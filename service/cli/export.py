@@ -23,10 +23,10 @@ from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 
 from service.adapters import ExportError, base_model_dir, merge, unpack
-from service.client import ApiError
+from service.api_client import ApiError
 
 from service.cli.app import app, console, fail
-from service.cli.client import ApiUrlOption, TokenOption, api_client
+from service.cli.remote import ApiUrlOption, TokenOption, api_client
 
 STEP = re.compile(r"^(best|latest|[0-9]{1,10})$")
 

@@ -13,13 +13,13 @@ import typer
 from sqlalchemy.engine import make_url
 from sqlmodel import Session
 
-from service.client import ApiClient, ApiError
+from service.api_client import ApiClient, ApiError
 from service.settings import Settings, get_settings
 from service.store import db as store_db
 from service.store import runs
 
 from service.cli.app import app, console, fail
-from service.cli.client import ApiUrlOption, TokenOption
+from service.cli.remote import ApiUrlOption, TokenOption
 
 
 @app.command()

@@ -1,22 +1,21 @@
-"""``artsvc train`` and ``artsvc db upgrade``: run a job in this process, migrate the store."""
+"""``artsvc train``: submit a job as the API does (service/submission.py) and run it in this process."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from sqlmodel import Session
 
-import environments
+from service import submission
+from service.auth import LOCAL_PRINCIPAL
 from service.cpu import wait_passively
 from service.settings import Settings, get_settings
 from service.spec import JobSpec
@@ -24,7 +23,7 @@ from service.store import db as store_db
 from service.store import runs
 from service.store.tables import Job, JobStatus
 
-from service.cli.app import app, console, db_app, fail
+from service.cli.app import app, console, fail
 
 JOB_FIELDS = (
     "id", "status", "environment", "step", "step0_val_accuracy", "best_val_accuracy", "best_step",
@@ -33,7 +32,7 @@ JOB_FIELDS = (
 
 
 def job_summary(job: Job, *, database_url: str) -> dict[str, Any]:
-    """A job as DESIGN.md names its fields, plus where it is stored and how long it took."""
+    """A job as the API names its fields, plus where it is stored and how long it took."""
     data = job.model_dump(mode="json", include=set(JOB_FIELDS))
     summary = {field: data.get(field) for field in JOB_FIELDS}
     if job.started_at and job.finished_at:
@@ -128,10 +127,10 @@ def train(
                                "every_n_steps": every_n_steps, "max_examples": val_examples},
             }  # fmt: skip
             spec = _build_spec(spec_file, env, seed, flags, _parse_env_args(env_arg or []))
-            if (refusal := settings.refuse_reward(spec.reward)) is not None:
-                raise fail(refusal)
-            job = runs.create_job(session, spec=spec)
-            session.commit()
+            try:  # as the local operator: checked as the API checks an operator's job
+                job, _ = submission.submit(session, spec, caller=LOCAL_PRINCIPAL, settings=settings)
+            except submission.Refused as exc:
+                raise fail(str(exc)) from None
     # Imported only now, with the job in hand: torch and ART take seconds to load, which `artsvc --help` and
     # refused arguments need not wait for.
     from service.backends import BackendUnavailableError
@@ -175,7 +174,8 @@ def _parse_env_args(pairs: list[str]) -> dict[str, Any]:
 def _build_spec(
     spec_file: Optional[Path], env: Optional[str], seed: int, flags: dict[str, dict[str, Any]], env_args: dict[str, Any]
 ) -> JobSpec:
-    """The JobSpec from the spec file (if any) with command-line flags on top; clear errors."""
+    """The JobSpec from the spec file (if any) with command-line flags on top; clear errors. Whether this server
+    runs it is ``submission.submit``'s to say."""
     base: dict[str, Any] = {}
     if spec_file is not None:
         try:
@@ -186,8 +186,6 @@ def _build_spec(
         base["environment"] = env
     if "environment" not in base:
         raise fail("say which environment to train on: --env NAME")
-    if base["environment"] not in environments.available():
-        raise fail(f"unknown environment {base['environment']!r}; installed: {', '.join(sorted(environments.available()))}")
     for section, values in flags.items():
         for name, value in values.items():
             if value is not None:
@@ -200,10 +198,6 @@ def _build_spec(
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise fail(f"invalid job spec: {problems}") from None
-    try:
-        environments.load(spec.environment, spec.environment_args)
-    except environments.EnvironmentConfigError as exc:
-        raise fail(str(exc)) from None
     return spec
 
 
@@ -223,14 +217,3 @@ def _print_summary(summary: dict[str, Any]) -> None:
     for name, value in rows:
         table.add_row(name, f"{value:.3f}" if isinstance(value, float) and name != "wall time (s)" else str(value))
     console.print(table)
-
-
-@db_app.command("upgrade")
-def db_upgrade() -> None:
-    """Migrate the configured database to the newest schema."""
-    settings = get_settings()
-    try:
-        store_db.upgrade(settings.resolved_database_url)
-    except store_db.StoreError as exc:
-        raise fail(str(exc)) from None
-    console.print(f"database at {settings.resolved_database_url} is up to date")

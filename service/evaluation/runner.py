@@ -21,6 +21,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from environments.base import Environment, Sampling
+from service import manifests
 from service.backends import make_backend
 from service.evaluation.plan import EvaluationError, Resolved, manifest_for, resolve
 from service.evaluation.results import completion_text, completion_tokens, example_row, sum_logprob, summarize
@@ -166,9 +167,11 @@ async def evaluate_into(
 
     try:
         with fenced(db, hooks, job_id) as session:
+            # Resolved again: the run needs the environment and the model, and what resolve checks may have changed
+            # since submission (the baselines the operator allows, the evaluated job). The manifest is refreshed only.
             resolved = resolve(session, spec, settings)
             job = runs.get_job(session, job_id=job_id)
-            job.manifest = manifest_for(spec, resolved)
+            job.manifest = manifests.refreshed(job.manifest, lambda: manifest_for(spec, resolved))
             session.add(job)
         with Session(db, expire_on_commit=False) as session:
             parent = runs.get_job(session, job_id=spec.model.job_id) if isinstance(spec.model, CheckpointModel) else None

@@ -16,7 +16,7 @@ from typing import Any
 import art
 import polars as pl
 
-from judges.graders import build_grader
+from judges.graders import GraderConfigError, build_grader
 from judges.grading import GraderJudge
 from judges.judgement import GroupJudgement
 from judges.ruler import JudgeConfig, RulerJudge
@@ -55,20 +55,27 @@ def judge_for(
     reward: RewardSpec, settings: Settings, scenarios: Mapping[str, dict], budget: JudgeBudget
 ) -> Judge | None:
     """The job's judge under the operator's settings and ``budget``: RULER, or its grader (graded against
-    ``scenarios``, the training split by id); None in verifier mode. Raises JudgeNotAllowed for a model the
-    operator does not allow."""
+    ``scenarios``, the training split by id); None in verifier mode. Raises JudgeNotAllowed for a judge model or
+    code grader the operator does not allow.
+
+    Submission checked the reward (service/submission.py); what is checked again here is only what depends on the
+    settings, which may have changed since, or differ on this worker: the judge model allowed, and for a grader,
+    checked as it is built, the models and functions allowed."""
     if reward.mode == "verifier":
         return None
-    if (refusal := settings.refuse_reward(reward)) is not None:
-        raise JudgeNotAllowed(refusal)
     key = settings.judge_api_key.get_secret_value() if settings.judge_api_key else None
     if reward.mode == "grader":
         assert reward.grader is not None  # the spec requires it in grader mode
         endpoint = {"api_base": settings.judge_api_base, "api_key": key, "timeout": settings.judge_timeout_s}
-        grader = build_grader(reward.grader, allowed_models=set(settings.judge_models), code=settings.code_graders(),
-                              litellm_params={k: v for k, v in endpoint.items() if v is not None})  # fmt: skip
+        try:
+            grader = build_grader(reward.grader, allowed_models=set(settings.judge_models), code=settings.code_graders(),
+                                  litellm_params={k: v for k, v in endpoint.items() if v is not None})  # fmt: skip
+        except GraderConfigError as exc:
+            raise JudgeNotAllowed(f"reward.grader: {exc}") from None
         return BudgetedGrader(GraderJudge(grader, scenarios, concurrency=settings.judge_concurrency), budget)
     assert reward.judge_model is not None  # the spec requires it in judged modes
+    if (refusal := settings.refuse_judge(reward.judge_model)) is not None:
+        raise JudgeNotAllowed(refusal)
     return RulerJudge(
         JudgeConfig(
             model=reward.judge_model,

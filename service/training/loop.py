@@ -450,10 +450,12 @@ async def run_job(
 
 
 def _record_manifest(run: _Run) -> None:
-    """What this run measures with, written (again) by the process that trains it: its code is what counts."""
+    """What this run measures with: the manifest stored at submission, refreshed for the code of the process that
+    trains it (manifests.refreshed), with that process's runtime, which only it knows."""
     with run.write() as session:
         job = runs.get_job(session, job_id=run.job_id)
-        job.manifest = {**manifests.training_manifest(run.spec, run.env), "runtime": manifests.runtime()}
+        stored = manifests.refreshed(job.manifest, lambda: manifests.training_manifest(run.spec, run.env))
+        job.manifest = {**stored, "runtime": manifests.runtime()}
         session.add(job)
 
 

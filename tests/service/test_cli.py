@@ -1,12 +1,18 @@
-"""Bad input to ``artsvc train`` gets one clear line on stderr and exit code 2, never a traceback."""
+"""Bad input to ``artsvc train`` gets one clear line on stderr and exit code 2, never a traceback; what the API
+refuses, ``artsvc train`` refuses too."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
 import pytest
+from sqlmodel import Session, select
+
+from service.store import db as store_db
+from service.store.tables import Job
 
 
 def artsvc(*args: str, tmp_path, **env: str) -> subprocess.CompletedProcess:
@@ -56,3 +62,25 @@ def test_db_upgrade_migrates_and_is_idempotent(tmp_path):
 def test_resuming_an_unknown_job_is_explained(tmp_path):
     result = artsvc("train", "--resume", "no-such-job", tmp_path=tmp_path)
     assert result.returncode == 2 and "no job 'no-such-job'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("spec", "env", "message"),
+    [
+        ({"validation": {"baseline_model": "openai/gpt-4o-mini"}}, {},
+         "validation.baseline_model: 'openai/gpt-4o-mini' is not a baseline model this server allows"),
+        ({"training": {"max_steps": 51}}, {"ARTSVC_MAX_STEPS_PER_JOB": "50"},
+         "training.max_steps: 51 is over this server's limit of 50 steps per job (ARTSVC_MAX_STEPS_PER_JOB)"),
+    ],
+    ids=["baseline", "per-job-limit"],
+)  # fmt: skip
+def test_train_refuses_what_the_api_refuses_before_queuing_anything(spec, env, message, tmp_path):
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps({"environment": "math", **spec}))
+    result = artsvc("train", "--spec", str(spec_file), tmp_path=tmp_path, **env)
+    assert result.returncode == 2 and message in result.stderr
+    assert "Traceback" not in result.stderr
+    engine = store_db.make_engine(f"sqlite:///{tmp_path / 'data' / 'artsvc.db'}")
+    with Session(engine) as session:
+        assert session.exec(select(Job)).all() == []
+    engine.dispose()

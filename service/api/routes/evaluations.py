@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query
 from sqlmodel import Session
 
-from service import tenancy
+from service import submission
 from service.api.deps import CallerDep, SessionDep, SettingsDep, visible_job
 from service.api.errors import ErrorBody
 from service.api.schemas import (
@@ -19,9 +19,7 @@ from service.api.schemas import (
 )
 from service.auth import Principal
 from service.evaluation.compare import Measured, compare
-from service.evaluation.plan import EvaluationError, manifest_for, resolve
 from service.spec import CheckpointModel, EvaluationSpec
-from service.store import db as store_db
 from service.store import jobs, runs
 from service.store.tables import Job, JobKind, JobStatus
 
@@ -43,22 +41,8 @@ def submit_evaluation(spec: EvaluationSpec, session: SessionDep, caller: CallerD
     operator allows, on a split, with `n` samples per example (best-of-N selection above 1). A client token may have
     as many jobs and evaluations queued as the operator allows (429 beyond)."""
     if isinstance(spec.model, CheckpointModel):
-        evaluated = visible_job(session, caller=caller, job_id=spec.model.job_id)
-        if evaluated.status in (JobStatus.queued, JobStatus.running):
-            raise HTTPException(409, f"job {evaluated.id} is {evaluated.status.value}; evaluate its checkpoints once it has ended")
-    try:
-        resolved = resolve(session, spec, settings)
-    except EvaluationError as exc:
-        raise HTTPException(422, str(exc)) from None
-    manifest = manifest_for(spec, resolved)
-    with store_db.one_writer(session.get_bind()):
-        tenancy.hold_queue(session, caller=caller)
-        if (refusal := tenancy.refuse_queue(session, caller=caller, settings=settings)) is not None:
-            session.rollback()
-            raise HTTPException(429, refusal, tenancy.RETRY_LATER)
-        job = runs.create_evaluation(session, spec=spec, environment=resolved.env.name, owner_id=caller.id)
-        job.manifest = manifest
-        session.commit()
+        visible_job(session, caller=caller, job_id=spec.model.job_id)  # 404 for another tenant's job, as for none
+    job = submission.submit_evaluation(session, spec, caller=caller, settings=settings)
     return EvaluationPublic.model_validate(job)
 
 

@@ -5,11 +5,8 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request, Response
-from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session
 
-import environments
-from service import manifests, tenancy
+from service import submission
 from service.api.deps import CallerDep, SessionDep, SettingsDep, read_now, visible_job
 from service.api.errors import ErrorBody
 from service.api.schemas import (
@@ -23,12 +20,9 @@ from service.api.schemas import (
     TrajectoryPublic,
     ValidationPublic,
 )
-from service.auth import Principal
-from service.settings import Settings
 from service.spec import JobSpec
-from service.store import db as store_db
 from service.store import jobs, running, runs
-from service.store.tables import Job, JobStatus
+from service.store.tables import JobStatus
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
@@ -66,24 +60,7 @@ def submit_job(
     """Queue a training job. A retry with the same `Idempotency-Key` returns the first job (with header
     `Idempotent-Replayed: true`); the same key with a different spec is refused with 409. A client token is held to
     the backends, base models and queue length the operator allows (422, 429); every token to the per-job limits."""
-    if spec.environment not in environments.available():
-        names = ", ".join(sorted(environments.available())) or "none"
-        raise HTTPException(422, f"environment: unknown environment {spec.environment!r}; installed: {names}")
-    try:
-        env = environments.load(spec.environment, spec.environment_args)  # constructors are cheap by contract
-    except environments.EnvironmentConfigError as exc:
-        raise HTTPException(422, f"environment_args: {exc}") from None
-    if (refusal := settings.refuse_reward(spec.reward)) is not None:
-        raise HTTPException(422, refusal)
-    if spec.validation.baseline_model is not None:
-        if (refusal := settings.refuse_baseline(spec.validation.baseline_model, field="validation.baseline_model")) is not None:
-            raise HTTPException(422, refusal)
-    if (refusal := tenancy.refuse_job(spec, env, caller=caller, settings=settings)) is not None:
-        raise HTTPException(422, refusal)
-    manifest = manifests.training_manifest(spec, env)  # outside the write lock; the worker writes it again at start
-    with store_db.one_writer(session.get_bind()):
-        job, replayed = _create_once(session, spec=spec, caller=caller, settings=settings, key=idempotency_key,
-                                     manifest=manifest)  # fmt: skip
+    job, replayed = submission.submit(session, spec, caller=caller, settings=settings, idempotency_key=idempotency_key)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return JobPublic.model_validate(job)
@@ -165,43 +142,3 @@ def get_manifest(job_id: str, session: SessionDep, caller: CallerDep) -> dict[st
     if job.manifest is None:
         raise HTTPException(404, f"job {job.id} has no manifest yet")
     return job.manifest
-
-
-def _create_once(
-    session: Session,
-    *,
-    spec: JobSpec,
-    caller: Principal,
-    settings: Settings,
-    key: str | None,
-    manifest: dict[str, Any],
-) -> tuple[Job, bool]:
-    """A new queued job with its manifest, committed; or the job an earlier request with the same key made (and True):
-    a replay is never refused for a full queue."""
-    digest = jobs.request_hash(spec)
-    tenancy.hold_queue(session, caller=caller)  # until this transaction ends: a concurrent twin of this request waits
-    if (earlier := _earlier(session, caller=caller, key=key, digest=digest)) is not None:
-        session.commit()
-        return earlier, True
-    if (refusal := tenancy.refuse_queue(session, caller=caller, settings=settings)) is not None:
-        session.rollback()
-        raise HTTPException(429, refusal, tenancy.RETRY_LATER)
-    job = runs.create_job(session, spec=spec, owner_id=caller.id, idempotency_key=key, request_hash=digest)
-    job.manifest = manifest
-    try:
-        session.commit()
-    except IntegrityError:  # a concurrent request with the same key committed first
-        session.rollback()
-        if (earlier := _earlier(session, caller=caller, key=key, digest=digest)) is None:
-            raise
-        return earlier, True
-    return job, False
-
-
-def _earlier(session: Session, *, caller: Principal, key: str | None, digest: str) -> Job | None:
-    if key is None:
-        return None
-    try:
-        return jobs.earlier_submission(session, owner_id=caller.id, idempotency_key=key, request_hash=digest)
-    except jobs.IdempotencyConflict as exc:
-        raise HTTPException(409, str(exc)) from None

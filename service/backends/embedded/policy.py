@@ -129,9 +129,6 @@ class CharGPT(nn.Module):
         frozen = {id(self.wte.weight), id(self.wpe.weight)}
         return [p for p in self.parameters() if id(p) not in frozen]
 
-    def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters())
-
     def forward(
         self, idx: torch.Tensor, cache: KVCache | None = None, start_pos: int = 0
     ) -> tuple[torch.Tensor, KVCache]:

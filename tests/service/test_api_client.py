@@ -13,8 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from service import client as client_module
-from service.client import ApiClient, ApiError
+from service import api_client
+from service.api_client import ApiClient, ApiError
 
 KINDS = ["queued", "started", "step", "step", "validation", "finished", "end"]
 
@@ -83,7 +83,7 @@ def test_a_dropped_stream_resumes_after_the_last_whole_event(scripted):
 
 
 def test_reconnection_is_bounded(scripted, monkeypatch):
-    monkeypatch.setattr(client_module, "RECONNECT_DELAYS_S", (0.0, 0.0, 0.0))
+    monkeypatch.setattr(api_client, "RECONNECT_DELAYS_S", (0.0, 0.0, 0.0))
     scripted.cuts = 100
     with ApiClient(base_url=url(scripted), token="t") as api, pytest.raises(ApiError, match="gave up after 3"):
         for _ in api.events("job"):

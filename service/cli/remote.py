@@ -1,4 +1,5 @@
-"""``artsvc submit`` and ``artsvc watch``: the command line as a client of the HTTP API.
+"""``artsvc submit`` and ``artsvc watch``, and what every verb that calls a server's HTTP API shares: the
+``--api-url`` and ``--token`` options, the client they make, reading a JSON spec file.
 
 Human output goes to stderr; stdout carries only what scripts read, as its last line: the job id
 (submit) and, with ``--json``, the final job (watch). Refusals and unreachable APIs exit 2.
@@ -16,7 +17,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from service.client import ApiClient, ApiError
+from service.api_client import ApiClient, ApiError
 from service.sse import ServerSentEvent
 from service.settings import get_settings
 
