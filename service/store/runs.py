@@ -14,6 +14,7 @@ from sqlalchemy import union_all
 from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, delete, select
 
+from service.runner.stopping import Progress, advance
 from service.spec import EvaluationSpec, JobSpec
 from service.store import running
 from service.store.events import append_event
@@ -31,7 +32,6 @@ from service.store.tables import (
     ValidationPoint,
     utcnow,
 )
-from service.training.stopping import Progress, advance
 
 STEP_EVENT_KINDS = ("step", "validation", "alert")  # events that belong to a step and go when it is rolled back
 

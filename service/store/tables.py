@@ -150,7 +150,7 @@ class ValidationPoint(SQLModel, table=True):
     outcomes: dict[str, int] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     wall_time_s: float
     tokens_generated: int | None = Field(default=None, description="Tokens the policy generated, sampled and greedy passes.")
-    # the stopping rules' fold of the series up to this point (service/training/stopping.py's Progress)
+    # the stopping rules' fold of the series up to this point (service/runner/stopping.py's Progress)
     best_step: int
     best_accuracy: float
     anchor_accuracy: float

@@ -1,4 +1,5 @@
-"""Validation: the policy as it is used (sampled at the job's temperature), with greedy beside it.
+"""Validation: the policy as it is used (sampled at the job's temperature), with greedy beside it, recorded as the
+job's validation points (the series the stopping rules read).
 
 Each validation example is sampled with the same seed at every evaluation (common random
 numbers), so differences between steps reflect the policy, not the dice.
@@ -15,8 +16,12 @@ from typing import Any
 import art
 
 from environments.base import Environment, Sampling
-from service.evaluation.results import completion_tokens, outcome_of
-from service.training.seeding import derive_seed
+from service.alerts import check_alerts
+from service.evaluation.results import completion_tokens, example_row, outcome_of
+from service.runner.seeding import derive_seed
+from service.store import runs
+from service.store.tables import ValidationPoint
+from service.training.run import Run, sampled
 
 
 @dataclass(frozen=True)
@@ -70,3 +75,46 @@ async def validate(
         tokens_generated=None if any(t is None for t in tokens) else sum(tokens),
         trajectories=trajectories,
     )
+
+
+async def record_point(run: Run, step: int, *, due: bool) -> ValidationPoint | None:
+    """The job's newest validation point, after validating at ``step`` if ``due`` and not yet recorded (the point,
+    its per-example rows, sampled rollouts and the alerts it fires commit together)."""
+    with run.session() as session:
+        latest = runs.latest_point(session, job_id=run.job_id)  # points come in step order: none is past ``step``
+    if due and (latest is None or latest.step < step) and (measured := await _measure(run, step, latest)) is not None:
+        values, trajectories = measured
+        rows = run.env.scenarios("val")[: run.spec.validation.max_examples]
+        results = [example_row(run.env, t, position=i, scenario_id=str(row["id"]))
+                   for i, (row, t) in enumerate(zip(rows, trajectories))]  # fmt: skip
+        with run.write() as session:
+            job = runs.get_job(session, job_id=run.job_id)
+            latest = runs.record_validation(session, job=job, step=step, values=values)
+            runs.record_example_results(session, job=job, step=step, rows=results)
+            kept = sampled([trajectories], run.hooks.trajectories_per_step)
+            runs.record_trajectories(session, job=job, step=step, split="val", rows=kept)
+            alerts = check_alerts(session, job=job, spec=run.spec)  # committed with the row that fired them
+        run.on_event("validation", {"step": step, **values})
+        run.announce(alerts)
+    return latest
+
+
+async def _measure(
+    run: Run, step: int, latest: ValidationPoint | None
+) -> tuple[dict[str, Any], list[art.Trajectory]] | None:
+    """The point the stopping rules read at ``step``: ground-truth validation accuracy, or in ruler mode
+    (no ground truth) the mean RULER reward of the steps since the ``latest`` point (none at step 0)."""
+    spec = run.spec
+    if spec.reward.mode == "ruler":
+        since = latest.step if latest is not None else 0
+        with run.session() as session:
+            rewards = [s.reward_mean for s in runs.steps(session, job_id=run.job_id, after=since) if s.step <= step]
+        if not rewards:
+            return None
+        values = {"accuracy": sum(rewards) / len(rewards), "greedy_accuracy": None, "examples": len(rewards),
+                  "temperature": spec.training.temperature, "outcomes": {}, "wall_time_s": 0.0}  # fmt: skip
+        return values, []
+    rows = run.env.scenarios("val")[: spec.validation.max_examples]
+    result = await validate(run.env, run.model, rows, seed=spec.seed, temperature=spec.validation.temperature)
+    await run.model.log(result.trajectories, split="val", step=step)
+    return result.row_values(), result.trajectories

@@ -7,11 +7,11 @@ from __future__ import annotations
 from alembic import command
 from sqlmodel import Session
 
+from service.runner.stopping import fold
 from service.spec import JobSpec, ValidationSpec
 from service.store import db as store_db
 from service.store import runs
 from service.store.running import JUDGE_TOTALS
-from service.training.stopping import fold
 
 COSTS = [0.1, 0.2, 0.3, 0.7, 1e-9, 0.1]  # sums whose floats depend on the order they are added in
 
