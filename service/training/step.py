@@ -13,6 +13,7 @@ from service.alerts import check_alerts
 from service.evaluation.results import completion_tokens
 from service.runner.seeding import batch_for_step, derive_seed
 from service.store import runs
+from service.store.records import StepCost, StepCreate, StepMetrics
 from service.training.judging import StepJudging
 from service.training.run import Run, sampled
 
@@ -49,7 +50,7 @@ async def train_step(run: Run, step: int) -> int:
 
 def _record_judge_spend(run: Run, step: int, judging: StepJudging) -> None:
     with run.write() as session:
-        runs.record_judge_spend(session, job=runs.get_job(session, job_id=run.job_id), step=step, metrics=judging.metrics())
+        runs.record_judge_spend(session, job=runs.get_job(session, job_id=run.job_id), step=step, judge=judging.account())
 
 
 async def _rollouts(run: Run, step: int, judging: StepJudging | None) -> list[art.TrajectoryGroup]:
@@ -98,36 +99,34 @@ async def _train_and_record(
     trajectories = [t for g in groups for t in g.trajectories]
     rewards = [t.reward for t in trajectories]
     mean = sum(rewards) / len(rewards)
-    metrics = result.metrics
-    judge_metrics = judging.metrics() if judging is not None else {}
-    values = {
-        "reward_mean": mean,
-        "reward_std": (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5,
-        "groups": len(groups),
-        "zero_variance_groups": int(metrics.get("zero_variance_groups", 0)),
-        "loss": metrics.get("loss"),
-        "entropy": metrics.get("entropy"),
-        "kl": metrics.get("kl"),
-        "grad_norm": metrics.get("grad_norm"),
-        "clip_fraction": metrics.get("clip_fraction"),
-        "completion_length": sum(map(_completion_chars, trajectories)) / len(trajectories),
-        "wall_time_s": time.monotonic() - started,
-        "metrics": {
-            **{k: float(v) for k, v in metrics.items()},
-            "rollout_s": max(0.0, gathered_s - judge_s),
-            "judge_s": judge_s,
-            "train_s": train_s,
-            "tokens_generated": float(sum(completion_tokens(t) or 0 for t in trajectories)),
-            "rollout_exceptions": float(sum(len(g.exceptions) for g in groups)),
-            **judge_metrics,
-        },
-    }
+    reported = result.metrics
+    cost = StepCost(rollout_s=max(0.0, gathered_s - judge_s), judge_s=judge_s, train_s=train_s,
+                    tokens_generated=float(sum(completion_tokens(t) or 0 for t in trajectories)))  # fmt: skip
+    values = StepCreate(
+        reward_mean=mean,
+        reward_std=(sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5,
+        groups=len(groups),
+        zero_variance_groups=int(reported.get("zero_variance_groups", 0)),
+        loss=reported.get("loss"),
+        entropy=reported.get("entropy"),
+        kl=reported.get("kl"),
+        grad_norm=reported.get("grad_norm"),
+        clip_fraction=reported.get("clip_fraction"),
+        completion_length=sum(map(_completion_chars, trajectories)) / len(trajectories),
+        wall_time_s=time.monotonic() - started,
+        metrics=StepMetrics(
+            backend={k: float(v) for k, v in reported.items()},
+            cost=cost,
+            rollout_exceptions=float(sum(len(g.exceptions) for g in groups)),
+            judge=judging.account() if judging is not None else None,
+        ),
+    )
     with run.write() as session:
         job = runs.get_job(session, job_id=run.job_id)
         runs.record_step(session, job=job, step=result.step, values=values)
         rows = sampled([g.trajectories for g in groups], run.hooks.trajectories_per_step)
         runs.record_trajectories(session, job=job, step=result.step, split="train", rows=rows)
         alerts = check_alerts(session, job=job, spec=run.spec)  # committed with the row that fired them
-    run.on_event("step", {"step": result.step, **{k: v for k, v in values.items() if k != "metrics"}})
+    run.on_event("step", {"step": result.step, **values.columns()})
     run.announce(alerts)
     return result.step

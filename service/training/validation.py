@@ -10,8 +10,6 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import art
 
@@ -20,31 +18,9 @@ from service.alerts import check_alerts
 from service.evaluation.results import completion_tokens, example_row, outcome_of
 from service.runner.seeding import derive_seed
 from service.store import runs
+from service.store.records import ValidationCreate
 from service.store.tables import ValidationPoint
 from service.training.run import Run, sampled
-
-
-@dataclass(frozen=True)
-class ValidationResult:
-    accuracy: float
-    greedy_accuracy: float
-    examples: int
-    temperature: float
-    outcomes: dict[str, int]
-    wall_time_s: float
-    tokens_generated: int | None
-    trajectories: list[art.Trajectory]
-
-    def row_values(self) -> dict[str, Any]:
-        return {
-            "accuracy": self.accuracy,
-            "greedy_accuracy": self.greedy_accuracy,
-            "examples": self.examples,
-            "temperature": self.temperature,
-            "outcomes": self.outcomes,
-            "wall_time_s": self.wall_time_s,
-            "tokens_generated": self.tokens_generated,
-        }
 
 
 async def _accuracy(
@@ -59,13 +35,13 @@ async def _accuracy(
 
 async def validate(
     env: Environment, model: art.Model, rows: Sequence[dict], *, seed: int, temperature: float
-) -> ValidationResult:
-    """Accuracy on ``rows`` at ``temperature`` (the recorded number) and greedily."""
+) -> tuple[ValidationCreate, list[art.Trajectory]]:
+    """Accuracy on ``rows`` at ``temperature`` (the recorded number) and greedily, with the sampled rollouts."""
     started = time.monotonic()
     accuracy, trajectories = await _accuracy(env, model, rows, seed=seed, temperature=temperature)
     greedy, greedy_trajectories = await _accuracy(env, model, rows, seed=seed, temperature=0.0)
     tokens = [completion_tokens(t) for t in (*trajectories, *greedy_trajectories)]
-    return ValidationResult(
+    values = ValidationCreate(
         accuracy=accuracy,
         greedy_accuracy=greedy,
         examples=len(rows),
@@ -73,8 +49,8 @@ async def validate(
         outcomes=dict(sorted(Counter(outcome_of(env, t) for t in trajectories).items())),
         wall_time_s=time.monotonic() - started,
         tokens_generated=None if any(t is None for t in tokens) else sum(tokens),
-        trajectories=trajectories,
     )
+    return values, trajectories
 
 
 async def record_point(run: Run, step: int, *, due: bool) -> ValidationPoint | None:
@@ -94,14 +70,14 @@ async def record_point(run: Run, step: int, *, due: bool) -> ValidationPoint | N
             kept = sampled([trajectories], run.hooks.trajectories_per_step)
             runs.record_trajectories(session, job=job, step=step, split="val", rows=kept)
             alerts = check_alerts(session, job=job, spec=run.spec)  # committed with the row that fired them
-        run.on_event("validation", {"step": step, **values})
+        run.on_event("validation", {"step": step, **values.columns()})
         run.announce(alerts)
     return latest
 
 
 async def _measure(
     run: Run, step: int, latest: ValidationPoint | None
-) -> tuple[dict[str, Any], list[art.Trajectory]] | None:
+) -> tuple[ValidationCreate, list[art.Trajectory]] | None:
     """The point the stopping rules read at ``step``: ground-truth validation accuracy, or in ruler mode
     (no ground truth) the mean RULER reward of the steps since the ``latest`` point (none at step 0)."""
     spec = run.spec
@@ -111,10 +87,10 @@ async def _measure(
             rewards = [s.reward_mean for s in runs.steps(session, job_id=run.job_id, after=since) if s.step <= step]
         if not rewards:
             return None
-        values = {"accuracy": sum(rewards) / len(rewards), "greedy_accuracy": None, "examples": len(rewards),
-                  "temperature": spec.training.temperature, "outcomes": {}, "wall_time_s": 0.0}  # fmt: skip
+        values = ValidationCreate(accuracy=sum(rewards) / len(rewards), greedy_accuracy=None, examples=len(rewards),
+                                  temperature=spec.training.temperature, outcomes={}, wall_time_s=0.0)  # fmt: skip
         return values, []
     rows = run.env.scenarios("val")[: spec.validation.max_examples]
-    result = await validate(run.env, run.model, rows, seed=spec.seed, temperature=spec.validation.temperature)
-    await run.model.log(result.trajectories, split="val", step=step)
-    return result.row_values(), result.trajectories
+    values, trajectories = await validate(run.env, run.model, rows, seed=spec.seed, temperature=spec.validation.temperature)
+    await run.model.log(trajectories, split="val", step=step)
+    return values, trajectories
