@@ -1,7 +1,7 @@
 """The math training as a plain ART script: what a user would write without the service.
 
 Warm start, then per step: gather trajectory groups, ``backend.train``, ``model.log``. It picks
-the same scenarios and sampling seeds as the service (``service.training.seeding``), so with the
+the same scenarios and sampling seeds as the service (``service.runner.seeding``), so with the
 same seed it trains the same policy; ``bench/service_overhead.py`` times it against the service.
 
     python bench/plain_art.py --data-dir DIR --steps 20 [--seed 0]   # prints one JSON line
@@ -25,7 +25,7 @@ import environments  # noqa: E402
 from environments.base import Sampling  # noqa: E402
 from service.backends.embedded import EmbeddedBackend  # noqa: E402
 from service.training.schedule import cosine_schedule  # noqa: E402
-from service.training.seeding import batch_for_step, derive_seed  # noqa: E402
+from service.runner.seeding import batch_for_step, derive_seed  # noqa: E402
 
 
 async def train(*, data_dir: Path, steps: int, seed: int, groups_per_step: int, group_size: int, learning_rate: float) -> dict:

@@ -98,10 +98,10 @@ def postgres_database(server_url: str) -> tuple[str, Callable[[], None]]:
 
 
 def run(url: str, data_dir: Path, steps: int, every: int) -> tuple[StoreMeter, float]:
+    from service.runner.control import JobHooks
     from service.spec import JobSpec
     from service.store import db as store_db
     from service.store import runs
-    from service.training.control import JobHooks
     from service.training.loop import run_job
 
     store_db.upgrade(url)

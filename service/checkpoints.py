@@ -95,7 +95,7 @@ def _at(folder: Path, step: int) -> Checkpoint | None:
 
 def best_step(job: Job, points: list[ValidationPoint]) -> int | None:
     """The job's best validation step: as recorded when it ended, else the stopping rule's best so far (highest
-    accuracy, earliest on ties: service/training/stopping.py), the step the training loop's pruning keeps."""
+    accuracy, earliest on ties: service/runner/stopping.py), the step the training loop's pruning keeps."""
     if job.best_step is not None:
         return job.best_step
     return max(points, key=lambda p: (p.accuracy, -p.step)).step if points else None

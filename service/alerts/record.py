@@ -12,6 +12,7 @@ from service.alerts.rules import Before, Candidate, StepPoint, ValPoint, evaluat
 from service.spec import AlertSpec, JobSpec
 from service.store import runs
 from service.store.events import append_event
+from service.store.records import JudgeAccount
 from service.store.tables import Alert, Job, TrainingStep
 
 
@@ -44,19 +45,25 @@ def _recent(session: Session, job_id: str, alerts: AlertSpec) -> tuple[list[Step
                              after=recent[0].step if recent else None)  # fmt: skip
     judged = runs.recent_judged_steps(session, job_id=job_id, count=window.judged_rows(alerts))
     steps = [_point(s) for s in rows]
-    totals = rows[0].totals if rows else {}  # the sums up to the first row read, that row included
+    groups, dropped = _judged_groups(rows[0].totals if rows else {})  # the sums up to the first row read, included
     before = Before(
         progress=runs.progress(seed),
-        judge_groups=int(totals.get("judge_groups", 0.0)) - (steps[0].judge_groups if steps else 0),
-        judge_dropped_groups=int(totals.get("judge_dropped_groups", 0.0)) - (steps[0].judge_dropped_groups if steps else 0),
+        judge_groups=groups - (steps[0].judge_groups if steps else 0),
+        judge_dropped_groups=dropped - (steps[0].judge_dropped_groups if steps else 0),
         judged=tuple(_point(s) for s in judged if not rows or s.step < rows[0].step),
     )
     return steps, [ValPoint(p.step, p.accuracy) for p in recent], before
 
 
 def _point(s: TrainingStep) -> StepPoint:
-    return StepPoint(s.step, s.reward_mean, s.groups, s.zero_variance_groups, s.kl, int(s.metrics.get("judge_groups") or 0),
-                     int(s.metrics.get("judge_dropped_groups") or 0), s.judge_agreement)  # fmt: skip
+    groups, dropped = _judged_groups(s.metrics)
+    return StepPoint(s.step, s.reward_mean, s.groups, s.zero_variance_groups, s.kl, groups, dropped, s.judge_agreement)
+
+
+def _judged_groups(column: dict[str, float]) -> tuple[int, int]:
+    """Groups given to the judge and groups it scored none of, as a step's metrics or totals hold them."""
+    judge = JudgeAccount.of_column(column)
+    return (int(judge.judge_groups), int(judge.judge_dropped_groups)) if judge is not None else (0, 0)
 
 
 def _unstored(session: Session, job_id: str, candidates: list[Candidate]) -> list[Alert]:

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.backends.openai_server import ChatCompletionRequest
+from service.store.records import JudgeAccount
 from service.store.tables import JobStatus, StopReason
 
 MAX_COMPLETIONS = 8  # n
@@ -77,18 +78,8 @@ class ValidationPublic(PublicModel):
     created_at: datetime
 
 
-class JudgeTotals(BaseModel):
+class JudgeTotals(JudgeAccount):
     """What a judged job's judge calls have cost so far, summed over its steps."""
-
-    judge_responses: float = Field(description="Judge responses received (retried calls count each time).")
-    judge_prompt_tokens: float
-    judge_completion_tokens: float
-    judge_cost_usd: float = Field(description="From litellm's price map; responses of unpriced models add nothing.")
-    judge_unpriced: float = Field(description="Responses whose model litellm has no price for.")
-    judge_groups: float = Field(description="Groups given to the judge.")
-    judge_dropped_groups: float = Field(description="Groups the judge could not score after retries (left out of training).")
-    judge_attempts: float
-    judge_clamped_scores: float = Field(description="Scores outside [0, 1] that were clamped.")
 
 
 class PhaseSeconds(BaseModel):

@@ -23,16 +23,19 @@ from sqlmodel import Session
 from environments.base import Environment, Sampling
 from service import manifests
 from service.backends import make_backend
+from service.backends.models import checkpoint_model, trainable_model
 from service.evaluation.plan import EvaluationError, Resolved, manifest_for, resolve
 from service.evaluation.results import completion_text, completion_tokens, example_row, sum_logprob, summarize
 from service.evaluation.selection import Candidate, select
-from service.settings import Settings
+from service.runner import stopping
+from service.runner.control import JobHooks, JobInterrupted, fenced, interrupt_if_asked
+from service.runner.finish import finish
+from service.runner.seeding import derive_seed
+from service.settings import Settings, get_settings
 from service.spec import CheckpointModel, EvaluationSpec, JobSpec
 from service.store import runs
 from service.store.events import append_event
 from service.store.tables import Job, JobStatus, StopReason
-from service.training.control import JobHooks, JobInterrupted, fenced, interrupt_if_asked
-from service.training.seeding import derive_seed
 
 CONCURRENCY = 32  # rollouts in flight at once: a provider's rate limit, not the embedded server, is the bound
 PROGRESS_EVENTS = 10  # progress events an evaluation records (each tenth of its examples)
@@ -53,7 +56,11 @@ def litellm_model(name: str, settings: Settings) -> art.Model:
 
 
 class EvaluationCancelled(Exception):
-    """The evaluation was cancelled while it ran."""
+    """The evaluation was cancelled while it ran; ``reason`` is the stop it records."""
+
+    def __init__(self, reason: StopReason) -> None:
+        super().__init__(reason.value)
+        self.reason = reason
 
 
 async def _sample_all(env: Environment, model: art.Model, rows: list[dict[str, Any]], *, split: str, n: int,
@@ -130,16 +137,16 @@ async def measure(
 
 
 async def run_evaluation(
-    job_id: str, *, db: Engine, data_dir: Path, settings: Settings, hooks: JobHooks | None = None
+    job_id: str, *, db: Engine, data_dir: Path, settings: Settings | None = None, hooks: JobHooks | None = None
 ) -> Job:
-    """Run a queued (or re-claimed) evaluation to its recorded end; a failure is recorded and re-raised.
-    ``hooks`` steer it as they steer a training job: JobInterrupted (or LeaseLost) leaves it unrecorded, to start
-    over."""
+    """Run a queued (or re-claimed) evaluation to its recorded end; a failure is recorded and re-raised (the runner
+    shape of service/runner/finish.py). ``hooks`` steer it as they steer a training job: JobInterrupted (or
+    LeaseLost) leaves it unrecorded, to start over."""
     hooks = hooks or JobHooks()
     with fenced(db, hooks, job_id) as session:
         job = runs.start_run(session, job_id=job_id)
     spec = EvaluationSpec.model_validate(job.spec)
-    return await evaluate_into(job_id, spec, db=db, data_dir=data_dir, settings=settings, hooks=hooks)
+    return await evaluate_into(job_id, spec, db=db, data_dir=data_dir, settings=settings or get_settings(), hooks=hooks)
 
 
 async def evaluate_into(
@@ -161,9 +168,9 @@ async def evaluate_into(
         marks.add(mark)
         with fenced(db, hooks, job_id) as session:
             append_event(session, job_id=job_id, kind="progress", data={"done": done, "total": total})
-            cancelled = runs.get_job(session, job_id=job_id).cancel_requested
-        if cancelled:
-            raise EvaluationCancelled
+            cancel_requested = runs.get_job(session, job_id=job_id).cancel_requested
+        if (reason := stopping.at_boundary(cancel_requested=cancel_requested)) is not None:
+            raise EvaluationCancelled(reason)
 
     try:
         with fenced(db, hooks, job_id) as session:
@@ -176,36 +183,22 @@ async def evaluate_into(
         with Session(db, expire_on_commit=False) as session:
             parent = runs.get_job(session, job_id=spec.model.job_id) if isinstance(spec.model, CheckpointModel) else None
         if parent is not None:
-            from service.training.loop import model_for  # the loop imports this module for baselines
-
             job_spec = JobSpec.model_validate(parent.spec)
             backend = make_backend(job_spec.model.backend, data_dir=data_dir, seed=job_spec.seed)
-            trainable = model_for(parent.id, job_spec, resolved.env, data_dir)
+            trainable = trainable_model(parent.id, job_spec, resolved.env, data_dir)
             await trainable.register(backend)
-            step = resolved.model_section["step"]
-            model = art.Model(name=trainable.name, project=trainable.project, inference_model_name=trainable.get_inference_name(step),
-                              inference_base_url=trainable.inference_base_url, inference_api_key=trainable.inference_api_key)  # fmt: skip
+            model = checkpoint_model(trainable, resolved.model_section["step"])
         else:
             assert not isinstance(spec.model, CheckpointModel)
             model = litellm_model(spec.model.litellm, settings)
-        summary, results = await measure(spec, resolved, model, progress)
-        with fenced(db, hooks, job_id) as session:
-            job = runs.get_job(session, job_id=job_id)
-            runs.record_example_results(session, job=job, step=0, rows=results)
-            job.summary = summary
-            runs.finish_job(session, job=job, status=JobStatus.succeeded, stop_reason=None)
-        return job
+        measured = await measure(spec, resolved, model, progress)
+        return finish(db, hooks, job_id, status=JobStatus.succeeded, stop_reason=None, measured=measured)
     except JobInterrupted:
         raise
-    except EvaluationCancelled:
-        with fenced(db, hooks, job_id) as session:
-            job = runs.get_job(session, job_id=job_id)
-            runs.finish_job(session, job=job, status=JobStatus.cancelled, stop_reason=StopReason.cancelled)
-        return job
+    except EvaluationCancelled as cancelled:
+        return finish(db, hooks, job_id, status=JobStatus.cancelled, stop_reason=cancelled.reason)
     except Exception as exc:
-        with fenced(db, hooks, job_id) as session:
-            job = runs.get_job(session, job_id=job_id)
-            runs.finish_job(session, job=job, status=JobStatus.failed, stop_reason=None, error=f"{type(exc).__name__}: {exc}")
+        finish(db, hooks, job_id, status=JobStatus.failed, stop_reason=None, error=f"{type(exc).__name__}: {exc}")
         raise
     finally:
         if backend is not None:

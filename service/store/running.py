@@ -10,15 +10,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-JUDGE_TOTALS = ("judge_responses", "judge_prompt_tokens", "judge_completion_tokens", "judge_cost_usd", "judge_unpriced",
-                "judge_groups", "judge_dropped_groups", "judge_attempts", "judge_clamped_scores")  # fmt: skip
-STEP_TOTALS = ("tokens_generated", "rollout_s", "judge_s", "train_s")  # over every step, judged or not
-JUDGED_STEPS = "judged_steps"  # steps with a judge account (judging.py writes ``judge_groups`` into their metrics)
+from service.store.records import JUDGE_MARKER, JudgeAccount, StepCost
+
+JUDGE_TOTALS = tuple(JudgeAccount.model_fields)  # summed over the judged steps
+STEP_TOTALS = tuple(StepCost.model_fields)  # over every step, judged or not
+JUDGED_STEPS = "judged_steps"  # steps with a judge account
 
 
 def advanced(totals: Mapping[str, float], metrics: Mapping[str, Any]) -> dict[str, float]:
-    """The totals after one more step with these metrics (``totals`` empty: the job's first step)."""
-    keys = STEP_TOTALS + ((JUDGED_STEPS, *JUDGE_TOTALS) if "judge_groups" in metrics else ())
+    """The totals after one more step with these metrics (``totals`` empty: the job's first step), both columns
+    as stored (service/store/records.py says what they hold)."""
+    keys = STEP_TOTALS + ((JUDGED_STEPS, *JUDGE_TOTALS) if JUDGE_MARKER in metrics else ())
     own = {**metrics, JUDGED_STEPS: 1.0}
     return {**totals, **{key: totals.get(key, 0.0) + float(own.get(key) or 0.0) for key in keys}}
 

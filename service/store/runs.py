@@ -14,9 +14,11 @@ from sqlalchemy import union_all
 from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, delete, select
 
+from service.runner.stopping import Progress, advance
 from service.spec import EvaluationSpec, JobSpec
 from service.store import running
 from service.store.events import append_event
+from service.store.records import JudgeAccount, StepCost, StepCreate, StepJudge, ValidationCreate
 from service.store.tables import (
     LOCAL_OWNER,
     Alert,
@@ -31,7 +33,6 @@ from service.store.tables import (
     ValidationPoint,
     utcnow,
 )
-from service.training.stopping import Progress, advance
 
 STEP_EVENT_KINDS = ("step", "validation", "alert")  # events that belong to a step and go when it is rolled back
 
@@ -96,28 +97,30 @@ def mark_running(session: Session, *, job: Job) -> None:
     append_event(session, job_id=job.id, kind="resumed" if resumed else "started", data=data)
 
 
-def record_step(session: Session, *, job: Job, step: int, values: dict[str, Any]) -> TrainingStep:
+def record_step(session: Session, *, job: Job, step: int, values: StepCreate) -> TrainingStep:
     """A step's row, with the job's running totals carried on from the step before (the one row it reads)."""
     before = latest_step(session, job_id=job.id)
-    metrics = values.get("metrics", {})
-    row = TrainingStep(job_id=job.id, step=step, judge_agreement=metrics.get("judge_agreement"),
-                       totals=running.advanced(before.totals if before else {}, metrics), **values)  # fmt: skip
+    metrics, judge = values.metrics.column(), values.metrics.judge
+    row = TrainingStep(job_id=job.id, step=step, judge_agreement=judge.judge_agreement if judge is not None else None,
+                       totals=running.advanced(before.totals if before else {}, metrics), **values.columns(),
+                       metrics=metrics)  # fmt: skip
     job.step = step
     session.add_all([row, job])
-    append_event(session, job_id=job.id, kind="step", step=step, data={k: v for k, v in values.items() if k != "metrics"})
+    append_event(session, job_id=job.id, kind="step", step=step, data=values.columns())
     return row
 
 
-def record_validation(session: Session, *, job: Job, step: int, values: dict[str, Any]) -> ValidationPoint:
+def record_validation(session: Session, *, job: Job, step: int, values: ValidationCreate) -> ValidationPoint:
     """A validation point, with the stopping rules' fold carried on from the point before (the one row it reads)
     by the job's own ``validation.min_delta``."""
     min_delta = JobSpec.model_validate(job.spec).validation.min_delta
-    fold = advance(progress(latest_point(session, job_id=job.id)), step, values["accuracy"], min_delta=min_delta)
+    fold = advance(progress(latest_point(session, job_id=job.id)), step, values.accuracy, min_delta=min_delta)
+    given = values.columns()
     row = ValidationPoint(job_id=job.id, step=step, best_step=fold.best_step, best_accuracy=fold.best_accuracy,
                           anchor_accuracy=fold.anchor_accuracy, evaluations_without_gain=fold.evaluations_without_gain,
-                          **values)  # fmt: skip
+                          **given)  # fmt: skip
     session.add(row)
-    append_event(session, job_id=job.id, kind="validation", step=step, data=values)
+    append_event(session, job_id=job.id, kind="validation", step=step, data=given)
     return row
 
 
@@ -248,26 +251,27 @@ def finish_job(
 JUDGE_SPEND_EVENT = "judge_spend"  # judging of a step that recorded no step row (the judge down, the budget spent)
 
 
-def record_judge_spend(session: Session, *, job: Job, step: int, metrics: dict[str, float]) -> None:
+def record_judge_spend(session: Session, *, job: Job, step: int, judge: StepJudge) -> None:
     """Keep what a step's judge calls cost when the step itself is not recorded, so the budget still counts it."""
-    append_event(session, job_id=job.id, kind=JUDGE_SPEND_EVENT, step=step, data=metrics)
+    append_event(session, job_id=job.id, kind=JUDGE_SPEND_EVENT, step=step, data=judge.column())
 
 
 def unrecorded_judging(session: Session, *, job_id: str) -> list[dict]:
-    """The judge accounts of steps that recorded no step row (:func:`record_judge_spend`), oldest first."""
+    """The judge accounts of steps that recorded no step row (:func:`record_judge_spend`), oldest first, as stored."""
     query = select(JobEvent.data).where(JobEvent.job_id == job_id, JobEvent.kind == JUDGE_SPEND_EVENT)
     return list(session.exec(query.order_by(col(JobEvent.id))))
 
 
 def judge_totals(session: Session, *, job_id: str) -> dict[str, float] | None:
-    """A job's judge account (service/training/judging.py writes it into each step's metrics), summed over its
+    """A job's judge account (a JudgeAccount's fields; each step's metrics hold the step's), summed over its
     steps (their running totals) and the judging of steps that recorded none; None if nothing was judged."""
     return running.judge_totals(_totals(session, job_id), unrecorded_judging(session, job_id=job_id))
 
 
 def judge_spent_usd(session: Session, *, job_id: str) -> float:
     """What a job's judge calls have cost: its steps' judging and the judging of steps that recorded none."""
-    return (judge_totals(session, job_id=job_id) or {}).get("judge_cost_usd", 0.0)
+    totals = judge_totals(session, job_id=job_id)
+    return JudgeAccount(**totals).judge_cost_usd if totals is not None else 0.0
 
 
 def cost_totals(session: Session, *, job_id: str) -> dict[str, Any]:
@@ -283,19 +287,21 @@ def _totals(session: Session, job_id: str) -> dict[str, float]:
 
 
 def cost_of(totals: dict[str, float], points: list[ValidationPoint], unrecorded: Sequence[dict] = ()) -> dict[str, Any]:
-    """:func:`cost_totals` of the newest step's running ``totals`` and rows already read."""
-    judge = running.judge_totals(totals, unrecorded) or {}
+    """:func:`cost_totals` of the newest step's running ``totals`` and rows already read (the API's CostPublic)."""
+    steps = StepCost.of_column(totals) or StepCost()
+    judged = running.judge_totals(totals, unrecorded)
+    judge = JudgeAccount(**judged) if judged is not None else None
     validation_tokens = [p.tokens_generated for p in points]
     return {
-        "tokens_generated_train": int(totals.get("tokens_generated", 0.0)),
+        "tokens_generated_train": int(steps.tokens_generated),
         "tokens_generated_validation": sum(t or 0 for t in validation_tokens),
-        "judge_prompt_tokens": int(judge.get("judge_prompt_tokens", 0)),
-        "judge_completion_tokens": int(judge.get("judge_completion_tokens", 0)),
-        "judge_cost_usd": judge.get("judge_cost_usd", 0.0),
+        "judge_prompt_tokens": int(judge.judge_prompt_tokens) if judge is not None else 0,
+        "judge_completion_tokens": int(judge.judge_completion_tokens) if judge is not None else 0,
+        "judge_cost_usd": judge.judge_cost_usd if judge is not None else 0.0,
         "wall_s": {
-            "rollout": totals.get("rollout_s", 0.0),
-            "judge": totals.get("judge_s", 0.0),
-            "train": totals.get("train_s", 0.0),
+            "rollout": steps.rollout_s,
+            "judge": steps.judge_s,
+            "train": steps.train_s,
             "validation": sum(p.wall_time_s for p in points),
         },
     }

@@ -102,8 +102,8 @@ JUDGED = text("judge_agreement IS NOT NULL")
 
 
 class TrainingStep(SQLModel, table=True):
-    """One row per training step of a job, with the job's running totals up to it (so a step costs the same
-    at step 5 as at step 5,000: service/store/running.py)."""
+    """One row per training step of a job (a StepCreate's values: service/store/records.py), with the job's running
+    totals up to it (so a step costs the same at step 5 as at step 5,000: service/store/running.py)."""
 
     __tablename__ = "training_steps"
     __table_args__ = (
@@ -126,8 +126,10 @@ class TrainingStep(SQLModel, table=True):
     clip_fraction: float | None = None
     completion_length: float
     wall_time_s: float
-    metrics: dict[str, float] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
-    judge_agreement: float | None = Field(default=None, description="metrics['judge_agreement'], where a judge ranked")
+    metrics: dict[str, float] = Field(
+        default_factory=dict, sa_column=Column(JSON, nullable=False), description="StepMetrics as stored: one flat object."
+    )
+    judge_agreement: float | None = Field(default=None, description="The StepJudge's agreement, where a judge ranked.")
     totals: dict[str, float] = Field(
         default_factory=dict, sa_column=Column(JSON, nullable=False), description="Sums over the job's steps up to this one."
     )
@@ -135,7 +137,7 @@ class TrainingStep(SQLModel, table=True):
 
 
 class ValidationPoint(SQLModel, table=True):
-    """Validation accuracy of a job's policy at one step, with its outcome breakdown."""
+    """Validation accuracy of a job's policy at one step, with its outcome breakdown (a ValidationCreate's values)."""
 
     __tablename__ = "validation_points"
     __table_args__ = (UniqueConstraint("job_id", "step"),)
@@ -150,7 +152,7 @@ class ValidationPoint(SQLModel, table=True):
     outcomes: dict[str, int] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     wall_time_s: float
     tokens_generated: int | None = Field(default=None, description="Tokens the policy generated, sampled and greedy passes.")
-    # the stopping rules' fold of the series up to this point (service/training/stopping.py's Progress)
+    # the stopping rules' fold of the series up to this point (service/runner/stopping.py's Progress)
     best_step: int
     best_accuracy: float
     anchor_accuracy: float

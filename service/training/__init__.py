@@ -1,1 +1,1 @@
-"""The training loop: rollouts, rewards, ART backend steps, validation and stopping rules."""
+"""The training runner: the loop (loop.py) and its parts: warm start, judged steps, validation, the baseline."""

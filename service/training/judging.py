@@ -1,5 +1,5 @@
 """Judged rewards inside a training step: RULER rescoring each group as its rollouts finish, and the
-account of what that cost and how it went (stored with the step, read by the alert rules). The job's
+account of what that cost and how it went (a StepJudge, stored with the step, read by the alert rules). The job's
 judge budget admits and charges every judge call (judges/usage.py).
 
 The judge's endpoint, key and limits are the operator's (Settings); a job only names an allowed model.
@@ -11,7 +11,6 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import art
 import polars as pl
@@ -23,6 +22,7 @@ from judges.ruler import JudgeConfig, RulerJudge
 from judges.usage import BudgetSpent, JudgeBudget, JudgeUsage
 from service.settings import Settings
 from service.spec import RewardSpec
+from service.store.records import StepJudge
 
 
 class JudgeNotAllowed(ValueError):
@@ -141,15 +141,13 @@ class StepJudging:
             self.agreements.append(agreement)
         return result.group
 
-    def metrics(self) -> dict[str, Any]:
-        """The step's judge numbers, as stored in the step's metrics."""
-        values: dict[str, Any] = {
+    def account(self) -> StepJudge:
+        """The step's judge account, as its metrics keep it."""
+        return StepJudge(
             **self.usage.as_metrics(),
-            "judge_groups": float(self.judged + self.dropped),
-            "judge_dropped_groups": float(self.dropped),
-            "judge_attempts": float(self.attempts),
-            "judge_clamped_scores": float(self.clamped),
-        }
-        if self.agreements:
-            values["judge_agreement"] = sum(self.agreements) / len(self.agreements)
-        return values
+            judge_groups=float(self.judged + self.dropped),
+            judge_dropped_groups=float(self.dropped),
+            judge_attempts=float(self.attempts),
+            judge_clamped_scores=float(self.clamped),
+            judge_agreement=sum(self.agreements) / len(self.agreements) if self.agreements else None,
+        )

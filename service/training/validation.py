@@ -1,4 +1,5 @@
-"""Validation: the policy as it is used (sampled at the job's temperature), with greedy beside it.
+"""Validation: the policy as it is used (sampled at the job's temperature), with greedy beside it, recorded as the
+job's validation points (the series the stopping rules read).
 
 Each validation example is sampled with the same seed at every evaluation (common random
 numbers), so differences between steps reflect the policy, not the dice.
@@ -9,37 +10,17 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import art
 
 from environments.base import Environment, Sampling
-from service.evaluation.results import completion_tokens, outcome_of
-from service.training.seeding import derive_seed
-
-
-@dataclass(frozen=True)
-class ValidationResult:
-    accuracy: float
-    greedy_accuracy: float
-    examples: int
-    temperature: float
-    outcomes: dict[str, int]
-    wall_time_s: float
-    tokens_generated: int | None
-    trajectories: list[art.Trajectory]
-
-    def row_values(self) -> dict[str, Any]:
-        return {
-            "accuracy": self.accuracy,
-            "greedy_accuracy": self.greedy_accuracy,
-            "examples": self.examples,
-            "temperature": self.temperature,
-            "outcomes": self.outcomes,
-            "wall_time_s": self.wall_time_s,
-            "tokens_generated": self.tokens_generated,
-        }
+from service.alerts import check_alerts
+from service.evaluation.results import completion_tokens, example_row, outcome_of
+from service.runner.seeding import derive_seed
+from service.store import runs
+from service.store.records import ValidationCreate
+from service.store.tables import ValidationPoint
+from service.training.run import Run, sampled
 
 
 async def _accuracy(
@@ -54,13 +35,13 @@ async def _accuracy(
 
 async def validate(
     env: Environment, model: art.Model, rows: Sequence[dict], *, seed: int, temperature: float
-) -> ValidationResult:
-    """Accuracy on ``rows`` at ``temperature`` (the recorded number) and greedily."""
+) -> tuple[ValidationCreate, list[art.Trajectory]]:
+    """Accuracy on ``rows`` at ``temperature`` (the recorded number) and greedily, with the sampled rollouts."""
     started = time.monotonic()
     accuracy, trajectories = await _accuracy(env, model, rows, seed=seed, temperature=temperature)
     greedy, greedy_trajectories = await _accuracy(env, model, rows, seed=seed, temperature=0.0)
     tokens = [completion_tokens(t) for t in (*trajectories, *greedy_trajectories)]
-    return ValidationResult(
+    values = ValidationCreate(
         accuracy=accuracy,
         greedy_accuracy=greedy,
         examples=len(rows),
@@ -68,5 +49,48 @@ async def validate(
         outcomes=dict(sorted(Counter(outcome_of(env, t) for t in trajectories).items())),
         wall_time_s=time.monotonic() - started,
         tokens_generated=None if any(t is None for t in tokens) else sum(tokens),
-        trajectories=trajectories,
     )
+    return values, trajectories
+
+
+async def record_point(run: Run, step: int, *, due: bool) -> ValidationPoint | None:
+    """The job's newest validation point, after validating at ``step`` if ``due`` and not yet recorded (the point,
+    its per-example rows, sampled rollouts and the alerts it fires commit together)."""
+    with run.session() as session:
+        latest = runs.latest_point(session, job_id=run.job_id)  # points come in step order: none is past ``step``
+    if due and (latest is None or latest.step < step) and (measured := await _measure(run, step, latest)) is not None:
+        values, trajectories = measured
+        rows = run.env.scenarios("val")[: run.spec.validation.max_examples]
+        results = [example_row(run.env, t, position=i, scenario_id=str(row["id"]))
+                   for i, (row, t) in enumerate(zip(rows, trajectories))]  # fmt: skip
+        with run.write() as session:
+            job = runs.get_job(session, job_id=run.job_id)
+            latest = runs.record_validation(session, job=job, step=step, values=values)
+            runs.record_example_results(session, job=job, step=step, rows=results)
+            kept = sampled([trajectories], run.hooks.trajectories_per_step)
+            runs.record_trajectories(session, job=job, step=step, split="val", rows=kept)
+            alerts = check_alerts(session, job=job, spec=run.spec)  # committed with the row that fired them
+        run.on_event("validation", {"step": step, **values.columns()})
+        run.announce(alerts)
+    return latest
+
+
+async def _measure(
+    run: Run, step: int, latest: ValidationPoint | None
+) -> tuple[ValidationCreate, list[art.Trajectory]] | None:
+    """The point the stopping rules read at ``step``: ground-truth validation accuracy, or in ruler mode
+    (no ground truth) the mean RULER reward of the steps since the ``latest`` point (none at step 0)."""
+    spec = run.spec
+    if spec.reward.mode == "ruler":
+        since = latest.step if latest is not None else 0
+        with run.session() as session:
+            rewards = [s.reward_mean for s in runs.steps(session, job_id=run.job_id, after=since) if s.step <= step]
+        if not rewards:
+            return None
+        values = ValidationCreate(accuracy=sum(rewards) / len(rewards), greedy_accuracy=None, examples=len(rewards),
+                                  temperature=spec.training.temperature, outcomes={}, wall_time_s=0.0)  # fmt: skip
+        return values, []
+    rows = run.env.scenarios("val")[: spec.validation.max_examples]
+    values, trajectories = await validate(run.env, run.model, rows, seed=spec.seed, temperature=spec.validation.temperature)
+    await run.model.log(trajectories, split="val", step=step)
+    return values, trajectories

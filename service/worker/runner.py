@@ -2,11 +2,11 @@
 It runs evaluation jobs the same way, under the same hooks (they record only at their end, so an
 interrupted one starts over).
 
-Each job runs as an asyncio task through ``run_job`` or ``run_evaluation``; a heartbeat renews the
-leases of the jobs it holds, and every write of a job renews its lease in the write's own transaction
-(service/training/control.py). A job stops at its next boundary (a training step, an evaluation's
-rollout), recording nothing, when the worker shuts down (its lease is released, so another worker
-resumes it at once) or when its lease was lost (another worker took it over: its writes are refused,
+Each job runs as an asyncio task through its kind's runner (``RUNNERS``: ``run_job`` or ``run_evaluation``, one
+signature: service/runner/finish.py); a heartbeat renews the leases of the jobs it holds, and every write of a job
+renews its lease in the write's own transaction (service/runner/control.py). A job stops at its next boundary (a
+training step, an evaluation's rollout), recording nothing, when the worker shuts down (its lease is released, so
+another worker resumes it at once) or when its lease was lost (another worker took it over: its writes are refused,
 and the new owner's rows stand). A job that fails is recorded as failed by its runner; the worker goes on.
 """
 
@@ -28,14 +28,17 @@ from sqlmodel import Session
 
 from service.alerts import WebhookNotifier
 from service.evaluation.runner import run_evaluation
+from service.runner.control import JobHooks, JobInterrupted
+from service.runner.finish import Runner
 from service.settings import Settings
 from service.store.tables import Job, JobKind
-from service.training.control import JobHooks, JobInterrupted
 from service.training.loop import run_job
 from service.worker import leases
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+RUNNERS: dict[JobKind, Runner] = {JobKind.training: run_job, JobKind.evaluation: run_evaluation}
 
 
 def default_worker_id() -> str:
@@ -127,9 +130,9 @@ class Worker:
             trajectories_per_step=self.settings.trajectories_per_step,
             holds_job=lambda session: self._renew_in(session, held),
         )
-        run = run_evaluation if job.kind == JobKind.evaluation else run_job
+        runner = RUNNERS[JobKind(job.kind)]
         try:
-            ended = await run(job.id, db=self.engine, data_dir=self.settings.data_dir, hooks=hooks, settings=self.settings)
+            ended = await runner(job.id, db=self.engine, data_dir=self.settings.data_dir, settings=self.settings, hooks=hooks)
             reason = ended.stop_reason.value if ended.stop_reason else "-"
             log.info("finished job %s: %s (%s) at step %d", ended.id, ended.status.value, reason, ended.step)
         except JobInterrupted:
@@ -137,7 +140,7 @@ class Worker:
                 log.warning("stopped job %s: its lease lapsed or was taken over; whoever holds it resumes it", job.id)
             elif await self._db(leases.release, job_id=job.id, worker_id=self.id):
                 log.info("released job %s at a step boundary: back in the queue", job.id)
-        except Exception as exc:  # run_job recorded it (if the store was unreachable, the lease expires: a retry)
+        except Exception as exc:  # its runner recorded it (if the store was unreachable, the lease expires: a retry)
             name = type(exc).__name__
             log.error("job %s failed: %s: %s", job.id, name, exc, exc_info=log.isEnabledFor(logging.DEBUG))
         finally:

@@ -1,4 +1,4 @@
-from service.training.seeding import batch_for_step, derive_seed
+from service.runner.seeding import batch_for_step, derive_seed
 
 
 def test_derived_seeds_are_stable_and_distinct():

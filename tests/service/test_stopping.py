@@ -1,5 +1,5 @@
 from service.store.tables import StopReason
-from service.training.stopping import decide
+from service.runner.stopping import decide
 
 
 def run(series, *, step=None, max_steps=100, patience=3, min_delta=0.01, target=None):

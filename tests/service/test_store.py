@@ -12,6 +12,7 @@ from service import auth
 from service.spec import EvaluationSpec, JobSpec
 from service.store import db as store_db
 from service.store import runs
+from service.store.records import StepCreate, ValidationCreate
 from service.store.tables import JobStatus, Role, StopReason
 
 
@@ -42,11 +43,11 @@ def test_a_run_is_recorded_step_by_step_and_trimmed_on_resume(database_url):
         for step in (1, 2, 3):
             values = {"reward_mean": step / 10, "reward_std": 0.1, "groups": 8, "zero_variance_groups": 1,
                       "completion_length": 9.0, "wall_time_s": 1.0, "metrics": {"loss": 0.5}}  # fmt: skip
-            runs.record_step(session, job=job, step=step, values=values)
+            runs.record_step(session, job=job, step=step, values=StepCreate(**values))
         for step, accuracy in ((0, 0.5), (2, 0.6)):
             values = {"accuracy": accuracy, "greedy_accuracy": 0.9, "examples": 200, "temperature": 1.0,
                       "outcomes": {"correct": int(accuracy * 200)}, "wall_time_s": 2.0}  # fmt: skip
-            runs.record_validation(session, job=job, step=step, values=values)
+            runs.record_validation(session, job=job, step=step, values=ValidationCreate(**values))
         session.commit()
         assert runs.last_recorded_step(session, job_id=job.id) == 3 and job.step == 3
 
@@ -69,7 +70,7 @@ def test_a_run_is_recorded_step_by_step_and_trimmed_on_resume(database_url):
 
         values = {"reward_mean": 0, "reward_std": 0, "groups": 8, "zero_variance_groups": 0,
                   "completion_length": 9.0, "wall_time_s": 1.0}  # fmt: skip
-        runs.record_step(session, job=job, step=1, values=values)
+        runs.record_step(session, job=job, step=1, values=StepCreate(**values))
         with pytest.raises(IntegrityError):  # one row per step, enforced by the database
             session.commit()
     engine.dispose()

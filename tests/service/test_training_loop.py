@@ -7,13 +7,14 @@ from sqlmodel import Session, select
 
 from environments.math import MathEnvironment
 from environments.math.scorer import OUTCOMES
+from service.runner.control import JobHooks, JobInterrupted
 from service.spec import JobSpec
 from service.store import db as store_db
 from service.store import runs
 from service.store.events import events_after
 from service.store.tables import JobStatus, SampledTrajectory, StopReason, TrainingStep
-from service.training.control import JobHooks, JobInterrupted
-from service.training.loop import WARM_START_TURNS_PER_BATCH, run_job, warm_start_batch_size
+from service.training.loop import run_job
+from service.training.warm_start import WARM_START_TURNS_PER_BATCH, warm_start_batch_size
 
 TINY_RUN = {
     "environment": "math",

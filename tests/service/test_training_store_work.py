@@ -10,9 +10,9 @@ from sqlalchemy import event
 from sqlalchemy.orm import Mapper
 from sqlmodel import Session
 
+from service.runner.control import JobHooks
 from service.spec import JobSpec
 from service.store import runs
-from service.training.control import JobHooks
 from service.training.loop import run_job
 
 STEPS = 18

@@ -14,6 +14,7 @@ from service.spec import JobSpec
 from service.store import db as store_db
 from service.store import runs
 from service.store.events import events_after
+from service.store.records import StepCreate, ValidationCreate
 from service.store.tables import Alert, Job
 
 SPEC = JobSpec(environment="math")
@@ -30,12 +31,12 @@ def engine(database_url) -> Iterator[Engine]:
 def record_step(session: Session, job: Job, step: int, *, reward: float = 0.5, zero: int = 0) -> None:
     values = {"reward_mean": reward, "reward_std": 0.1, "groups": 8, "zero_variance_groups": zero, "kl": 0.1,
               "completion_length": 9.0, "wall_time_s": 1.0}  # fmt: skip
-    runs.record_step(session, job=job, step=step, values=values)
+    runs.record_step(session, job=job, step=step, values=StepCreate(**values))
 
 
 def record_validation(session: Session, job: Job, step: int, accuracy: float) -> None:
     values = {"accuracy": accuracy, "examples": 200, "temperature": 1.0, "wall_time_s": 2.0}
-    runs.record_validation(session, job=job, step=step, values=values)
+    runs.record_validation(session, job=job, step=step, values=ValidationCreate(**values))
 
 
 def new_job(session: Session) -> Job:

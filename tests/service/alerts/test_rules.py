@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from service.alerts.rules import KINDS, Candidate, StepPoint, ValPoint, evaluate
+from service.runner.stopping import decide
 from service.spec import AlertSpec, ValidationSpec
 from service.store.tables import StopReason
-from service.training.stopping import decide
 
 VALIDATION = ValidationSpec(patience=3, min_delta=0.01)
 

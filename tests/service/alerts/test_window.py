@@ -14,6 +14,7 @@ from service.alerts import check_alerts
 from service.alerts.rules import StepPoint, ValPoint, evaluate
 from service.spec import AlertSpec, JobSpec, ValidationSpec
 from service.store import runs
+from service.store.records import StepCreate, ValidationCreate
 from service.store.tables import Alert
 
 REWARDS = st.sampled_from([0.1, 0.1, 0.12, 0.12, 0.5, 0.55, 0.0, 1.0])  # flat runs, jumps, rises and falls
@@ -70,14 +71,14 @@ def test_the_windowed_alerts_of_a_job_are_those_of_its_whole_series(engine, draw
     with Session(engine, expire_on_commit=False) as session:
         job = runs.create_job(session, spec=spec)  # a new job each example: the store's rows of the others stay apart
         runs.mark_running(session, job=job)
-        runs.record_validation(session, job=job, step=0, values=validation(drawn["step0_accuracy"]))
+        runs.record_validation(session, job=job, step=0, values=ValidationCreate(**validation(drawn["step0_accuracy"])))
         check_alerts(session, job=job, spec=spec)
         session.commit()
         for step, values, accuracy in drawn["steps"]:  # as the loop records: a step, then maybe its validation
-            runs.record_step(session, job=job, step=step, values=values)
+            runs.record_step(session, job=job, step=step, values=StepCreate(**values))
             check_alerts(session, job=job, spec=spec)
             if accuracy is not None:
-                runs.record_validation(session, job=job, step=step, values=validation(accuracy))
+                runs.record_validation(session, job=job, step=step, values=ValidationCreate(**validation(accuracy)))
                 check_alerts(session, job=job, spec=spec)
             session.commit()
         stored = session.exec(select(Alert).where(Alert.job_id == job.id)).all()

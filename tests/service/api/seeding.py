@@ -10,6 +10,7 @@ from sqlmodel import Session
 from service.auth import create_token
 from service.spec import JobSpec
 from service.store import runs
+from service.store.records import StepCreate, ValidationCreate
 from service.store.tables import Alert, AlertState, Job, JobStatus, Role, StopReason, WorkerRecord, utcnow
 
 SPEC = JobSpec.model_validate({"environment": "math"})
@@ -43,10 +44,10 @@ def record(engine: Engine, job_id: str, step: int, *, reward: float = 0.5, accur
         if step > 0:
             values = dict(reward_mean=reward, reward_std=0.1, groups=2, zero_variance_groups=0,
                           completion_length=5.0, wall_time_s=0.1)  # fmt: skip
-            runs.record_step(session, job=job, step=step, values=values)
+            runs.record_step(session, job=job, step=step, values=StepCreate(**values))
         if accuracy is not None:
             values = dict(accuracy=accuracy, examples=8, temperature=1.0, wall_time_s=0.1)
-            runs.record_validation(session, job=job, step=step, values=values)
+            runs.record_validation(session, job=job, step=step, values=ValidationCreate(**values))
         session.commit()
 
 

@@ -10,6 +10,7 @@ import pytest
 from sqlmodel import Session
 
 from service.store import events, runs
+from service.store.records import StepCreate, ValidationCreate
 from service.store.tables import Role
 from tests.databases import sqlite_only
 
@@ -168,10 +169,10 @@ def test_metrics_hold_every_step_and_validation_point(client, auth, engine):
     job_id = submit(client, headers).json()["id"]
     with Session(engine) as session:
         job = runs.get_job(session, job_id=job_id)
-        runs.record_validation(session, job=job, step=0, values=validation(0.25))
+        runs.record_validation(session, job=job, step=0, values=ValidationCreate(**validation(0.25)))
         for step in (1, 2):
-            runs.record_step(session, job=job, step=step, values=training_step(step))
-        runs.record_validation(session, job=job, step=2, values=validation(0.5))
+            runs.record_step(session, job=job, step=step, values=StepCreate(**training_step(step)))
+        runs.record_validation(session, job=job, step=2, values=ValidationCreate(**validation(0.5)))
         session.commit()
     metrics = client.get(f"/v1/jobs/{job_id}/metrics", headers=headers).json()
     assert [row["step"] for row in metrics["steps"]] == [1, 2]

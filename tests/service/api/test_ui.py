@@ -9,6 +9,7 @@ from sqlmodel import Session
 from service.api.app import create_app
 from service.settings import Settings
 from service.store import runs
+from service.store.records import StepCreate, ValidationCreate
 from service.store.tables import Job, Role
 from tests.databases import sqlite_only
 from tests.service.api import seeding
@@ -31,8 +32,8 @@ def trained_job(engine, owner_id: str) -> str:
         job = session.get(Job, job_id)
         values = dict(reward_mean=0.6, reward_std=0.1, groups=2, zero_variance_groups=0, completion_length=5.0,
                       wall_time_s=0.1, metrics={"tokens_generated": 120, "rollout_s": 1.5})  # fmt: skip
-        runs.record_step(session, job=job, step=2, values=values)
-        runs.record_validation(session, job=job, step=2, values=dict(
+        runs.record_step(session, job=job, step=2, values=StepCreate(**values))
+        runs.record_validation(session, job=job, step=2, values=ValidationCreate(
             accuracy=0.5, examples=4, temperature=1.0, wall_time_s=0.2, tokens_generated=40,
             outcomes={"correct": 2, "wrong_answer": 1, "missing_prefix": 1}))  # fmt: skip
         runs.record_example_results(session, job=job, step=2, rows=[

@@ -19,6 +19,7 @@ from service.alerts.record import check_alerts
 from service.auth import create_token
 from service.spec import JobSpec
 from service.store import runs
+from service.store.records import StepCreate, ValidationCreate
 from service.store.tables import Job, JobStatus, Role, StopReason
 from tests.databases import sqlite_only  # the client's side of things: the API's store is tested in tests/service/api
 
@@ -179,11 +180,11 @@ def record(engine, job_id: str, *, steps: range, collapse_at: int | None = None)
         for step in steps:
             if step:
                 flat = {"zero_variance_groups": STEP["groups"]} if step == collapse_at else {}
-                runs.record_step(session, job=job, step=step, values={**STEP, "reward_mean": step / 10, **flat})
+                runs.record_step(session, job=job, step=step, values=StepCreate(**{**STEP, "reward_mean": step / 10, **flat}))
             if step in ACCURACIES:
                 values = {"accuracy": ACCURACIES[step], "greedy_accuracy": 0.5, "examples": 8, "temperature": 1.0,
                           "outcomes": {"correct": int(ACCURACIES[step] * 8)}, "wall_time_s": 0.1}  # fmt: skip
-                runs.record_validation(session, job=job, step=step, values=values)
+                runs.record_validation(session, job=job, step=step, values=ValidationCreate(**values))
             check_alerts(session, job=job, spec=spec)
             session.commit()
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 from alembic import command
 from sqlmodel import Session
 
+from service.runner.stopping import fold
 from service.spec import JobSpec, ValidationSpec
 from service.store import db as store_db
 from service.store import runs
+from service.store.records import StepCreate, StepJudge, ValidationCreate
 from service.store.running import JUDGE_TOTALS
-from service.training.stopping import fold
 
 COSTS = [0.1, 0.2, 0.3, 0.7, 1e-9, 0.1]  # sums whose floats depend on the order they are added in
 
@@ -33,10 +34,10 @@ def summed(rows: list[dict], unrecorded: list[dict]) -> dict:
 
 def record(session: Session, job, steps: range, accuracies: list[float]) -> None:
     for step in steps:
-        runs.record_step(session, job=job, step=step, values=step_values(step))
+        runs.record_step(session, job=job, step=step, values=StepCreate(**step_values(step)))
     for step, accuracy in enumerate(accuracies):
         values = {"accuracy": accuracy, "examples": 8, "temperature": 1.0, "wall_time_s": 2.0, "tokens_generated": 7}
-        runs.record_validation(session, job=job, step=step, values=values)
+        runs.record_validation(session, job=job, step=step, values=ValidationCreate(**values))
 
 
 def test_totals_are_the_sums_of_the_rows_also_after_a_resume_discards_some(engine):
@@ -44,7 +45,7 @@ def test_totals_are_the_sums_of_the_rows_also_after_a_resume_discards_some(engin
         job = runs.create_job(session, spec=JobSpec(environment="math"))
         record(session, job, range(1, 13), [])
         spend = {"judge_cost_usd": 0.3, "judge_groups": 2.0, "judge_dropped_groups": 2.0}
-        runs.record_judge_spend(session, job=job, step=13, metrics=spend)  # a step the judge let down: no row
+        runs.record_judge_spend(session, job=job, step=13, judge=StepJudge.of_column(spend))  # a step the judge let down: no row
         session.commit()
         for kept in (12, 7):
             runs.discard_after(session, job=job, step=kept)
@@ -61,7 +62,7 @@ def test_totals_are_the_sums_of_the_rows_also_after_a_resume_discards_some(engin
 def test_nothing_judged_is_no_judge_account(engine):
     with Session(engine, expire_on_commit=False) as session:
         job = runs.create_job(session, spec=JobSpec(environment="math"))
-        runs.record_step(session, job=job, step=1, values=step_values(3))  # step 3's metrics: not judged
+        runs.record_step(session, job=job, step=1, values=StepCreate(**step_values(3)))  # step 3's metrics: not judged
         session.commit()
         assert runs.judge_totals(session, job_id=job.id) is None
         assert runs.cost_totals(session, job_id=job.id)["tokens_generated_train"] == 30

@@ -16,12 +16,12 @@ import pytest
 from sqlmodel import Session
 
 from service.evaluation.runner import run_evaluation
+from service.runner.control import JobHooks, LeaseLost
 from service.settings import Settings
 from service.spec import EvaluationSpec
 from service.store import runs
 from service.store.events import events_after
 from service.store.tables import Job, JobStatus
-from service.training.control import JobHooks, LeaseLost
 from service.training.loop import run_job
 from service.worker import leases
 from service.worker.runner import Worker

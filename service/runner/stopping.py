@@ -1,10 +1,19 @@
-"""Stopping rules, decided from the validation series alone (as recorded in the store).
+"""When a job stops: every stop reason a run ends with, other than an error, is decided here.
+
+After a validation point (:func:`after_validation`), from the validation series as recorded in the store:
 
 - target: the latest accuracy reaches ``target_accuracy``;
 - plateau: ``patience`` evaluations in a row without a gain of ``min_delta`` over the best so far;
-- max_steps: the step budget is spent.
-Target wins over plateau, plateau over max_steps. The best point is the highest accuracy
-(earliest on ties): the checkpoint an operator would promote.
+- max_steps: the step budget is spent;
+- divergence: the divergence alert fired and the job asked to stop on it;
+- beat_baseline: the latest accuracy beats the baseline model's by ``beat_baseline_by``.
+Each wins over the ones after it. The best point is the highest accuracy (earliest on ties): the
+checkpoint an operator would promote.
+
+At a boundary before more work (:func:`at_boundary`), training steps and evaluation rollouts alike:
+
+- cancelled: a cancel was asked for through the store;
+- budget: the job's judge calls spent ``reward.max_judge_cost_usd``.
 
 The series is read as a fold (:class:`Progress`, one :func:`advance` per point), so the store can keep
 the fold on each point and decide after a new point without reading the ones before it.
@@ -12,14 +21,17 @@ the fold on each point and decide after a new point without reading the ones bef
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
+from service.spec import JobSpec
 from service.store.tables import StopReason
 
 
 @dataclass(frozen=True)
 class Decision:
+    """Whether to stop (None: go on) and the best point so far, which the job records when it ends."""
+
     stop_reason: StopReason | None
     best_step: int | None
     best_accuracy: float | None
@@ -83,3 +95,34 @@ def decide(
     """Whether to stop after ``step``, given the (step, accuracy) validation points so far."""
     return decide_from(fold(series, min_delta=min_delta), step=step, max_steps=max_steps, patience=patience,
                        target_accuracy=target_accuracy)  # fmt: skip
+
+
+def after_validation(
+    progress: Progress | None, *, step: int, spec: JobSpec, diverged: Callable[[], bool], baseline_accuracy: float | None
+) -> Decision:
+    """Whether a training job stops after ``step``, given its validation series folded so far. ``diverged`` (a
+    store read) is asked only when the job stops on divergence and no rule before it stopped the job;
+    ``baseline_accuracy`` is the baseline model's (None: the job names none)."""
+    v = spec.validation
+    decision = decide_from(progress, step=step, max_steps=spec.training.max_steps, patience=v.patience,
+                           target_accuracy=v.target_accuracy)  # fmt: skip
+    if decision.stop_reason is None and spec.alerts.stop_on_divergence and diverged():
+        return replace(decision, stop_reason=StopReason.divergence)
+    if decision.stop_reason is None and _beats(progress, baseline_accuracy, v.beat_baseline_by):
+        return replace(decision, stop_reason=StopReason.beat_baseline)
+    return decision
+
+
+def _beats(progress: Progress | None, baseline_accuracy: float | None, margin: float | None) -> bool:
+    if progress is None or baseline_accuracy is None or margin is None:
+        return False
+    return progress.accuracy >= baseline_accuracy + margin
+
+
+def at_boundary(*, cancel_requested: bool, budget_spent: bool = False) -> StopReason | None:
+    """Whether a job stops before its next piece of work: a cancel asked through the store, then a judge budget spent."""
+    if cancel_requested:
+        return StopReason.cancelled
+    if budget_spent:
+        return StopReason.budget
+    return None
