@@ -9,6 +9,7 @@ import contextlib
 import secrets
 import socket
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
@@ -17,6 +18,8 @@ from service.backends.openai_server import ChatFormat, Generate, ServingError, b
 
 if TYPE_CHECKING:
     import art
+    from art import dev
+    from art.types import TrainSFTConfig
 
 
 class _QuietServer(uvicorn.Server):
@@ -86,6 +89,8 @@ class LoopbackServing:
 class InProcessBackend(LoopbackServing):
     """The ART protocol methods every backend that keeps one engine (with a ``step``) per model shares."""
 
+    sft_batch_size: int  # trajectories per supervised optimizer step when ART's config says "auto"
+
     def __init__(self, **serving: Any) -> None:
         super().__init__(**serving)
         self._engines: dict[str, Any] = {}
@@ -103,3 +108,28 @@ class InProcessBackend(LoopbackServing):
             return self._engines[name]
         except KeyError:
             raise ValueError(f"model {name!r} is not registered with this backend") from None
+
+    async def _train_sft(
+        self,
+        model: art.TrainableModel,
+        trajectories: Iterable[art.Trajectory],
+        config: TrainSFTConfig,
+        dev_config: dev.TrainSFTConfig,
+        verbose: bool = False,
+    ) -> AsyncIterator[dict[str, float]]:
+        """ART's supervised fine-tuning: one optimizer step per ``config.batch_size`` trajectories, in order, each at
+        its own learning rate when ART gives a list (one per batch); the engine's part is ``_sft``."""
+        items = list(trajectories)
+        size = self.sft_batch_size if config.batch_size == "auto" else int(config.batch_size)
+        batches = [items[i : i + size] for i in range(0, len(items), size)]
+        rates = config.learning_rate if isinstance(config.learning_rate, list) else [config.learning_rate] * len(batches)
+        if len(rates) != len(batches):
+            raise ValueError(f"{len(rates)} learning rates given for {len(batches)} batches")
+        async for metrics in self._sft(self._engine(model.name), batches, rates, size):
+            yield metrics
+
+    def _sft(
+        self, engine: Any, batches: list[list[art.Trajectory]], rates: list[float], batch_size: int
+    ) -> AsyncIterator[dict[str, float]]:
+        raise NotImplementedError
+

@@ -14,7 +14,7 @@ from pathlib import Path
 import art
 import torch
 from art import dev
-from art.types import TrainResult, TrainSFTConfig
+from art.types import TrainResult
 
 from service.backends.embedded import toolcalls
 from service.backends.embedded.engine import PolicyEngine
@@ -24,9 +24,9 @@ from service.backends.embedded.sampler import SamplingRequest
 from service.backends.embedded.sequences import TokenSequence, trajectory_windows
 from service.backends.embedded.tokenizer import decode_token, render_prompt
 from service.backends.openai_server import ChatCompletionRequest, Sample, ServingError
+from service.backends.results import grpo_result
 from service.backends.serving import InProcessBackend, parse_model_name
 
-DEFAULT_SFT_BATCH_SIZE = 64
 
 
 class CharacterChat:
@@ -58,6 +58,8 @@ class EmbeddedBackend(InProcessBackend):
     finished warm starts so identical fine-tuning runs are done once. ``seed`` seeds the
     initial weights of new models.
     """
+
+    sft_batch_size = 64
 
     def __init__(
         self, *, path: str | Path, cache_dir: str | Path | None = None, seed: int = 0, host: str = "127.0.0.1", port: int = 0
@@ -116,50 +118,29 @@ class EmbeddedBackend(InProcessBackend):
         metrics = await self._run(
             engine.grpo_step, sequences, learning_rate=learning_rate, grpo=grpo, minibatches=minibatches
         )
-        metrics.update(
-            {
-                "trainable_groups": float(len(groups) - zero_variance),
-                "zero_variance_groups": float(zero_variance),
-                "learning_rate": learning_rate,
-            }
-        )
-        return TrainResult(step=engine.step, metrics=metrics)
+        return grpo_result(engine.step, metrics, groups=len(groups), zero_variance=zero_variance, learning_rate=learning_rate)
 
-    async def _train_sft(
-        self,
-        model: art.TrainableModel,
-        trajectories: Iterable[art.Trajectory],
-        config: TrainSFTConfig,
-        dev_config: dev.TrainSFTConfig,
-        verbose: bool = False,
+    async def _sft(
+        self, engine: PolicyEngine, batches: list[list[art.Trajectory]], rates: list[float], batch_size: int
     ) -> AsyncIterator[dict[str, float]]:
-        """Fine-tune on the trajectories' assistant turns, in order, one optimizer step per batch
-        of ``config.batch_size`` trajectories (each cut into context-sized windows).
+        """Fine-tune on each batch's assistant turns, each trajectory cut into context-sized windows.
 
         The result replaces the current checkpoint and becomes the KL reference. A run whose
         start weights, data and schedule were seen before is loaded from the cache instead.
         """
-        engine = self._engine(model.name)
-        per_trajectory = [
-            trajectory_windows(t.messages_and_choices, block_size=engine.config.block_size, train_on_messages=True)
-            for t in trajectories
-        ]
-        batch_size = DEFAULT_SFT_BATCH_SIZE if config.batch_size == "auto" else int(config.batch_size)
-        batches = [
-            [window for windows in per_trajectory[i : i + batch_size] for window in windows]
-            for i in range(0, len(per_trajectory), batch_size)
-        ]
-        sequences = [window for batch in batches for window in batch]
-        rates = config.learning_rate if isinstance(config.learning_rate, list) else [config.learning_rate] * len(batches)
-        if len(rates) != len(batches):
-            raise ValueError(f"{len(rates)} learning rates given for {len(batches)} batches")
+        windowed = [
+            [w for t in batch for w in trajectory_windows(t.messages_and_choices, block_size=engine.config.block_size,
+                                                          train_on_messages=True)]
+            for batch in batches
+        ]  # fmt: skip
+        sequences = [window for batch in windowed for window in batch]
         cached = self._cache_dir / "sft" / f"{await self._run(engine.sft_fingerprint, sequences, rates, batch_size)}.pt"
         if cached.exists():
             await self._run(engine.load_sft_result, cached)
-            yield {"cache_hit": 1.0, "batches": float(len(batches))}
+            yield {"cache_hit": 1.0, "batches": float(len(windowed))}
         else:
             await self._run(engine.begin_sft)
-            for batch, rate in zip(batches, rates):
+            for batch, rate in zip(windowed, rates):
                 yield await self._run(engine.sft_step, batch, rate)
             cached.parent.mkdir(parents=True, exist_ok=True)
             tmp = cached.with_suffix(".tmp")

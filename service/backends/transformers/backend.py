@@ -16,10 +16,11 @@ from typing import Any
 
 import art
 from art import dev
-from art.types import TrainResult, TrainSFTConfig
+from art.types import TrainResult
 
 from service.backends import layout
 from service.backends.openai_server import Sample, ServingError
+from service.backends.results import grpo_result
 from service.backends.serving import InProcessBackend, parse_model_name
 from service.backends.transformers.engine import LoraSettings, PolicyEngine
 from service.backends.transformers.generation import SamplingRequest
@@ -28,7 +29,6 @@ from service.backends.transformers.template_chat import TemplateChat
 
 BATCH_WINDOW_S = 0.02  # how long the first request of a batch waits for the others of its step to arrive
 MAX_BATCH_ROWS = 64  # samples decoded at once; more wait for the next batch
-DEFAULT_SFT_BATCH_SIZE = 16
 
 
 @dataclass
@@ -43,6 +43,8 @@ class TransformersBackend(InProcessBackend):
 
     ``path`` holds one directory per model (ART's layout); ``cache_dir`` the converted base models.
     """
+
+    sft_batch_size = 16
 
     def __init__(self, *, path: str | Path, cache_dir: str | Path, seed: int = 0, lora: LoraSettings = LoraSettings(),
                  host: str = "127.0.0.1", port: int = 0) -> None:  # fmt: skip
@@ -88,30 +90,13 @@ class TransformersBackend(InProcessBackend):
         if epsilon is not None:
             config["epsilon"] = epsilon
         metrics = await self._run(engine.grpo_step, groups, learning_rate=learning_rate, config=config, scale_rewards=scale_rewards)
-        metrics |= {
-            "trainable_groups": float(len(groups) - zero_variance),
-            "zero_variance_groups": float(zero_variance),
-            "learning_rate": learning_rate,
-        }
-        return TrainResult(step=engine.step, metrics=metrics)
+        return grpo_result(engine.step, metrics, groups=len(groups), zero_variance=zero_variance, learning_rate=learning_rate)
 
-    async def _train_sft(
-        self,
-        model: art.TrainableModel,
-        trajectories: Iterable[art.Trajectory],
-        config: TrainSFTConfig,
-        dev_config: dev.TrainSFTConfig,
-        verbose: bool = False,
+    async def _sft(
+        self, engine: PolicyEngine, batches: list[list[art.Trajectory]], rates: list[float], batch_size: int
     ) -> AsyncIterator[dict[str, float]]:
-        """Fine-tune on the trajectories' assistant turns, one optimizer step per ``config.batch_size``; the result
-        becomes step 0. The KL reference stays the base model (the adapter disabled)."""
-        engine = self._engine(model.name)
-        items = list(trajectories)
-        size = DEFAULT_SFT_BATCH_SIZE if config.batch_size == "auto" else int(config.batch_size)
-        batches = [items[i : i + size] for i in range(0, len(items), size)]
-        rates = config.learning_rate if isinstance(config.learning_rate, list) else [config.learning_rate] * len(batches)
-        if len(rates) != len(batches):
-            raise ValueError(f"{len(rates)} learning rates given for {len(batches)} batches")
+        """Fine-tune on each batch's assistant turns; the result becomes step 0. The KL reference stays the base model
+        (the adapter disabled)."""
         for batch, rate in zip(batches, rates):
             yield await self._run(engine.sft_step, batch, rate)
         await self._run(engine.finish_sft)
