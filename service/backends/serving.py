@@ -109,6 +109,9 @@ class InProcessBackend(LoopbackServing):
         except KeyError:
             raise ValueError(f"model {name!r} is not registered with this backend") from None
 
+    async def _delete_checkpoint_files(self, model: art.TrainableModel, steps_to_keep: list[int]) -> None:
+        await self._run(self._engine(model.name).keep_only, steps_to_keep)
+
     async def _train_sft(
         self,
         model: art.TrainableModel,

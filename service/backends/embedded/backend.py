@@ -84,9 +84,6 @@ class EmbeddedBackend(InProcessBackend):
     ) -> tuple[str, str]:
         return await self._serve(self._generate, CharacterChat())
 
-    async def _delete_checkpoint_files(self, model: art.TrainableModel, steps_to_keep: list[int]) -> None:
-        await self._run(self._engine(model.name).rollback, steps_to_keep)
-
     async def train(
         self,
         model: art.TrainableModel,

@@ -78,7 +78,7 @@ class PolicyEngine:
         params = self.policy.rl_parameters() if rl else self.policy.parameters()
         return torch.optim.AdamW(params, lr=learning_rate, betas=(0.9, 0.99), weight_decay=0.0)
 
-    def rollback(self, steps_to_keep: Sequence[int]) -> None:
+    def keep_only(self, steps_to_keep: Sequence[int]) -> None:
         """Delete other checkpoints; if the live step was deleted, go back to the newest kept."""
         self.checkpoints.delete_except(list(steps_to_keep))
         self._snapshots.clear()

@@ -68,9 +68,6 @@ class TransformersBackend(InProcessBackend):
     ) -> tuple[str, str]:
         return await self._serve(self._generate, TemplateChat(lambda name: self._engine_for(name).tokenizer))
 
-    async def _delete_checkpoint_files(self, model: art.TrainableModel, steps_to_keep: list[int]) -> None:
-        await self._run(self._engine(model.name).keep_only, steps_to_keep)
-
     async def train(
         self,
         model: art.TrainableModel,
