@@ -131,7 +131,7 @@ def test_a_grader_is_checked_against_the_operator_s_settings(engine, settings):
 def test_an_evaluation_is_queued_with_its_manifest_and_refused_like_a_job(engine, settings, client):
     evaluation = evaluate(engine, settings, {"model": {"litellm": BASELINE}, **MATH}, caller=client)
     [row] = stored(engine)
-    assert row.id == evaluation.id and row.kind is JobKind.evaluation and row.status is JobStatus.queued
+    assert row.id == evaluation.id and row.kind == JobKind.evaluation and row.status == JobStatus.queued
     assert row.manifest["model"] == {"kind": "litellm", "model": BASELINE} and row.manifest["kind"] == "evaluation"
     with pytest.raises(submission.Refused, match="model.litellm: 'openai/other' is not a baseline model") as refused:
         evaluate(engine, settings, {"model": {"litellm": "openai/other"}, **MATH}, caller=client)
