@@ -14,7 +14,7 @@ from sqlalchemy import union_all
 from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, delete, select
 
-from service.runner.stopping import Progress, advance
+from service.store.progress import Progress, advance
 from service.spec import EvaluationSpec, JobSpec
 from service.store import running
 from service.store.events import append_event

@@ -7,7 +7,7 @@ from __future__ import annotations
 from alembic import command
 from sqlmodel import Session
 
-from service.runner.stopping import fold
+from service.store.progress import fold
 from service.spec import JobSpec, ValidationSpec
 from service.store import db as store_db
 from service.store import runs

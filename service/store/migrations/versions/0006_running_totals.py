@@ -14,7 +14,7 @@ The downgrade drops the columns.
 import sqlalchemy as sa
 from alembic import op
 
-from service.runner.stopping import advance
+from service.store.progress import advance
 from service.store.running import advanced
 
 revision = '0006'
