@@ -4,7 +4,7 @@ Each rule looks at the whole series and says where its condition *becomes* true,
 the same series again gives the same alerts and a condition that keeps holding fires once:
 
 - plateau: ``patience`` evaluations without a gain of ``min_delta`` (the stopping rule's own test,
-  ``service.runner.stopping.advance``); fires once, at the first evaluation where it holds.
+  ``service.store.progress.advance``); fires once, at the first evaluation where it holds.
 - divergence: over the last ``divergence_window`` evaluations validation accuracy ends more than
   ``min_delta`` below where the window started and never rises above that start, while the
   least-squares slope of the mean training reward over the steps of that span is positive:
@@ -30,8 +30,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from service.runner.stopping import Progress, advance
 from service.spec import AlertSpec, ValidationSpec
+from service.store.progress import Progress, advance
 
 KINDS = ("plateau", "divergence", "reward_jump", "collapse", "kl_spike", "judge_failures", "judge_disagreement")
 POINT_KINDS = ("plateau", "divergence")  # alerts at validation points; the others are at training steps

@@ -15,8 +15,8 @@ At a boundary before more work (:func:`at_boundary`), training steps and evaluat
 - cancelled: a cancel was asked for through the store;
 - budget: the job's judge calls spent ``reward.max_judge_cost_usd``.
 
-The series is read as a fold (:class:`Progress`, one :func:`advance` per point), so the store can keep
-the fold on each point and decide after a new point without reading the ones before it.
+The series is read as a fold (service/store/progress.py), which the store keeps on each point, so a
+decision after a new point reads no point before it.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from service.spec import JobSpec
+from service.store.progress import Progress, fold
 from service.store.tables import StopReason
 
 
@@ -36,28 +37,6 @@ class Decision:
     best_step: int | None
     best_accuracy: float | None
     evaluations_without_gain: int
-
-
-@dataclass(frozen=True)
-class Progress:
-    """The validation series folded up to one point: all the stopping rules read of it."""
-
-    best_step: int
-    best_accuracy: float
-    anchor_accuracy: float  # the accuracy the next gain of min_delta is measured from
-    evaluations_without_gain: int
-    accuracy: float  # of the latest point
-
-
-def advance(progress: Progress | None, step: int, accuracy: float, *, min_delta: float) -> Progress:
-    """``progress`` (None: no point yet) after the next point of the series."""
-    if progress is None:
-        return Progress(step, accuracy, accuracy, 0, accuracy)
-    best_step, best_accuracy = max((progress.best_step, progress.best_accuracy), (step, accuracy),
-                                   key=lambda point: (point[1], -point[0]))  # fmt: skip
-    if accuracy >= progress.anchor_accuracy + min_delta - 1e-12:
-        return Progress(best_step, best_accuracy, accuracy, 0, accuracy)
-    return Progress(best_step, best_accuracy, progress.anchor_accuracy, progress.evaluations_without_gain + 1, accuracy)
 
 
 def decide_from(
@@ -74,13 +53,6 @@ def decide_from(
     elif step >= max_steps:
         reason = StopReason.max_steps
     return Decision(reason, progress.best_step, progress.best_accuracy, progress.evaluations_without_gain)
-
-
-def fold(series: Sequence[tuple[int, float]], *, min_delta: float, progress: Progress | None = None) -> Progress | None:
-    """``progress`` after each (step, accuracy) point of ``series`` in turn."""
-    for step, accuracy in series:
-        progress = advance(progress, step, accuracy, min_delta=min_delta)
-    return progress
 
 
 def decide(

@@ -14,10 +14,10 @@ from sqlalchemy import union_all
 from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, delete, select
 
-from service.runner.stopping import Progress, advance
 from service.spec import EvaluationSpec, JobSpec
 from service.store import running
 from service.store.events import append_event
+from service.store.progress import Progress, advance
 from service.store.records import JudgeAccount, StepCost, StepCreate, StepJudge, ValidationCreate
 from service.store.tables import (
     LOCAL_OWNER,
