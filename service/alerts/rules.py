@@ -30,8 +30,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from service.store.progress import Progress, advance
 from service.spec import AlertSpec, ValidationSpec
+from service.store.progress import Progress, advance
 
 KINDS = ("plateau", "divergence", "reward_jump", "collapse", "kl_spike", "judge_failures", "judge_disagreement")
 POINT_KINDS = ("plateau", "divergence")  # alerts at validation points; the others are at training steps

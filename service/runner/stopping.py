@@ -15,8 +15,8 @@ At a boundary before more work (:func:`at_boundary`), training steps and evaluat
 - cancelled: a cancel was asked for through the store;
 - budget: the job's judge calls spent ``reward.max_judge_cost_usd``.
 
-The series is read as a fold (:class:`Progress`, one :func:`advance` per point), so the store can keep
-the fold on each point and decide after a new point without reading the ones before it.
+The series is read as a fold (service/store/progress.py), which the store keeps on each point, so a
+decision after a new point reads no point before it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""The validation series folded point by point: what the stopping rules (service/runner/stopping.py) and the alert
-rules read of it. Each validation point carries the fold up to it, so a decision reads one row, not the series.
-"""
+"""The validation series as a fold: what the stopping rules (service/runner/stopping.py) and the plateau alert
+read of it, kept on each stored validation point (``ValidationPoint``'s fold columns) so that the newest point
+alone says where the series stands."""
 
 from __future__ import annotations
 

@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from service.store.tables import StepBase, ValidationBase
+
 JUDGE_MARKER = "judge_groups"  # a metrics or totals column holds a judge account when it holds this key
 COST_MARKER = "rollout_s"  # and a step's cost when it holds this one
 
@@ -102,20 +104,11 @@ class StepMetrics(Record):
                    rollout_exceptions=flat.get("rollout_exceptions"), judge=judge)  # fmt: skip
 
 
-class StepCreate(Record):
-    """A training step's values, as the loop records them (``TrainingStep`` adds the job's running totals)."""
+class StepCreate(StepBase):
+    """A training step as the loop records it (``TrainingStep`` adds the metrics column and the running totals)."""
 
-    reward_mean: float
-    reward_std: float
-    groups: int
-    zero_variance_groups: int
-    loss: float | None = None
-    entropy: float | None = None
-    kl: float | None = None
-    grad_norm: float | None = None
-    clip_fraction: float | None = None
-    completion_length: float
-    wall_time_s: float
+    model_config = ConfigDict(frozen=True)
+
     metrics: StepMetrics = Field(default_factory=StepMetrics)
 
     @field_validator("metrics", mode="before")
@@ -129,16 +122,10 @@ class StepCreate(Record):
         return self.model_dump(exclude={"metrics"}, exclude_unset=True)
 
 
-class ValidationCreate(Record):
-    """A validation point's values (``ValidationPoint`` adds the stopping rules' fold)."""
+class ValidationCreate(ValidationBase):
+    """A validation point as the loop records it."""
 
-    accuracy: float
-    greedy_accuracy: float | None = None
-    examples: int
-    temperature: float
-    outcomes: dict[str, int] = Field(default_factory=dict)
-    wall_time_s: float
-    tokens_generated: int | None = None  # sampled and greedy passes; None where a turn came back without logprobs
+    model_config = ConfigDict(frozen=True)
 
     def columns(self) -> dict[str, Any]:
         """The values given, as the point's row and its event carry them."""

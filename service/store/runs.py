@@ -14,10 +14,10 @@ from sqlalchemy import union_all
 from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, delete, select
 
-from service.store.progress import Progress, advance
 from service.spec import EvaluationSpec, JobSpec
 from service.store import running
 from service.store.events import append_event
+from service.store.progress import Progress, advance
 from service.store.records import JudgeAccount, StepCost, StepCreate, StepJudge, ValidationCreate
 from service.store.tables import (
     LOCAL_OWNER,
@@ -100,13 +100,12 @@ def mark_running(session: Session, *, job: Job) -> None:
 def record_step(session: Session, *, job: Job, step: int, values: StepCreate) -> TrainingStep:
     """A step's row, with the job's running totals carried on from the step before (the one row it reads)."""
     before = latest_step(session, job_id=job.id)
-    metrics, judge = values.metrics.column(), values.metrics.judge
+    given, metrics, judge = values.columns(), values.metrics.column(), values.metrics.judge
     row = TrainingStep(job_id=job.id, step=step, judge_agreement=judge.judge_agreement if judge is not None else None,
-                       totals=running.advanced(before.totals if before else {}, metrics), **values.columns(),
-                       metrics=metrics)  # fmt: skip
+                       totals=running.advanced(before.totals if before else {}, metrics), metrics=metrics, **given)  # fmt: skip
     job.step = step
     session.add_all([row, job])
-    append_event(session, job_id=job.id, kind="step", step=step, data=values.columns())
+    append_event(session, job_id=job.id, kind="step", step=step, data=given)
     return row
 
 

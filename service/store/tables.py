@@ -101,20 +101,10 @@ class Job(SQLModel, table=True):
 JUDGED = text("judge_agreement IS NOT NULL")
 
 
-class TrainingStep(SQLModel, table=True):
-    """One row per training step of a job (a StepCreate's values: service/store/records.py), with the job's running
-    totals up to it (so a step costs the same at step 5 as at step 5,000: service/store/running.py)."""
+class StepBase(SQLModel):
+    """A training step's own numbers: what the loop records (service/store/records.py's StepCreate) and the
+    ``TrainingStep`` table stores."""
 
-    __tablename__ = "training_steps"
-    __table_args__ = (
-        UniqueConstraint("job_id", "step"),
-        # the judged steps, newest first, without reading the others (the judge_disagreement rule's window)
-        Index("ix_training_steps_judged", "job_id", "step", sqlite_where=JUDGED, postgresql_where=JUDGED),
-    )
-
-    id: int | None = Field(default=None, primary_key=True)
-    job_id: str = Field(foreign_key="jobs.id", index=True, max_length=36)
-    step: int
     reward_mean: float
     reward_std: float
     groups: int
@@ -126,6 +116,22 @@ class TrainingStep(SQLModel, table=True):
     clip_fraction: float | None = None
     completion_length: float
     wall_time_s: float
+
+
+class TrainingStep(StepBase, table=True):
+    """One row per training step of a job, with the job's running totals up to it (so a step costs the same
+    at step 5 as at step 5,000: service/store/running.py)."""
+
+    __tablename__ = "training_steps"
+    __table_args__ = (
+        UniqueConstraint("job_id", "step"),
+        # the judged steps, newest first, without reading the others (the judge_disagreement rule's window)
+        Index("ix_training_steps_judged", "job_id", "step", sqlite_where=JUDGED, postgresql_where=JUDGED),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: str = Field(foreign_key="jobs.id", index=True, max_length=36)
+    step: int
     metrics: dict[str, float] = Field(
         default_factory=dict, sa_column=Column(JSON, nullable=False), description="StepMetrics as stored: one flat object."
     )
@@ -136,15 +142,10 @@ class TrainingStep(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
 
 
-class ValidationPoint(SQLModel, table=True):
-    """Validation accuracy of a job's policy at one step, with its outcome breakdown (a ValidationCreate's values)."""
+class ValidationBase(SQLModel):
+    """A validation point's values: what the loop records (service/store/records.py's ValidationCreate) and the
+    ``ValidationPoint`` table stores."""
 
-    __tablename__ = "validation_points"
-    __table_args__ = (UniqueConstraint("job_id", "step"),)
-
-    id: int | None = Field(default=None, primary_key=True)
-    job_id: str = Field(foreign_key="jobs.id", index=True, max_length=36)
-    step: int
     accuracy: float
     greedy_accuracy: float | None = None
     examples: int
@@ -152,7 +153,18 @@ class ValidationPoint(SQLModel, table=True):
     outcomes: dict[str, int] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     wall_time_s: float
     tokens_generated: int | None = Field(default=None, description="Tokens the policy generated, sampled and greedy passes.")
-    # the stopping rules' fold of the series up to this point (service/runner/stopping.py's Progress)
+
+
+class ValidationPoint(ValidationBase, table=True):
+    """Validation accuracy of a job's policy at one step, with its outcome breakdown."""
+
+    __tablename__ = "validation_points"
+    __table_args__ = (UniqueConstraint("job_id", "step"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: str = Field(foreign_key="jobs.id", index=True, max_length=36)
+    step: int
+    # the stopping rules' fold of the series up to this point (service/store/progress.py's Progress)
     best_step: int
     best_accuracy: float
     anchor_accuracy: float

@@ -7,10 +7,10 @@ from __future__ import annotations
 from alembic import command
 from sqlmodel import Session
 
-from service.store.progress import fold
 from service.spec import JobSpec, ValidationSpec
 from service.store import db as store_db
 from service.store import runs
+from service.store.progress import fold
 from service.store.records import StepCreate, StepJudge, ValidationCreate
 from service.store.running import JUDGE_TOTALS
 

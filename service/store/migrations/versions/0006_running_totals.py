@@ -8,7 +8,7 @@ A training step stores the sums of its job's steps up to it (``totals``) and its
 with a partial index over the judged steps; a validation point stores the stopping rules' fold of the series up
 to it (best step and accuracy, the anchor of the next gain, evaluations without gain). Recording a step, and the
 alert rules after it, then read a few recent rows instead of the whole job. Existing rows are filled in from the
-rows before them with the same code the service runs (service/store/running.py, service/runner/stopping.py).
+rows before them with the same code the service runs (service/store/running.py, service/store/progress.py).
 The downgrade drops the columns.
 """
 import sqlalchemy as sa
