@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
+from art.types import TrainResult
 
 from service.backends.openai_server import ChatFormat, Generate, ServingError, build_app
 
@@ -108,6 +109,36 @@ class InProcessBackend(LoopbackServing):
             return self._engines[name]
         except KeyError:
             raise ValueError(f"model {name!r} is not registered with this backend") from None
+
+    async def train(
+        self,
+        model: art.TrainableModel,
+        trajectory_groups: Iterable[art.TrajectoryGroup],
+        *,
+        learning_rate: float = 1e-4,
+        kl_penalty_coef: float = 0.0,
+        epsilon: float | None = None,
+        scale_rewards: bool = True,
+        **_: Any,
+    ) -> TrainResult:
+        """One GRPO step (the engine's part is ``_grpo``). Groups whose rewards are all equal carry no advantage: they
+        are counted, not trained. ART's other keyword arguments (its GPU loss options) do not apply here."""
+        engine = self._engine(model.name)
+        groups = list(trajectory_groups)
+        zero_variance = sum(1 for g in groups if len({t.reward for t in g.trajectories}) <= 1)
+        metrics = await self._grpo(
+            engine, groups, learning_rate=learning_rate, kl_penalty_coef=kl_penalty_coef, epsilon=epsilon,
+            scale_rewards=scale_rewards,
+        )  # fmt: skip
+        counts = {"trainable_groups": float(len(groups) - zero_variance), "zero_variance_groups": float(zero_variance),
+                  "learning_rate": learning_rate}  # fmt: skip
+        return TrainResult(step=engine.step, metrics={**metrics, **counts})
+
+    async def _grpo(
+        self, engine: Any, groups: list[art.TrajectoryGroup], *, learning_rate: float, kl_penalty_coef: float,
+        epsilon: float | None, scale_rewards: bool,
+    ) -> dict[str, float]:  # fmt: skip
+        raise NotImplementedError
 
     async def _delete_checkpoint_files(self, model: art.TrainableModel, steps_to_keep: list[int]) -> None:
         await self._run(self._engine(model.name).keep_only, steps_to_keep)

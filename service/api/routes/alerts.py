@@ -6,6 +6,7 @@ from enum import Enum
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query
+from pydantic import BaseModel, Field
 from sqlmodel import Session
 
 from service.alerts.rules import KINDS
@@ -18,39 +19,31 @@ router = APIRouter(prefix="/v1", tags=["alerts"])
 
 AlertKind = Enum("AlertKind", {kind: kind for kind in KINDS}, type=str)  # the rules' kinds, named once there
 
-StateQuery = Annotated[AlertState | None, Query(description="Only open or only acknowledged alerts.")]
-KindQuery = Annotated[AlertKind | None, Query(description="Only alerts of this kind.")]
-LimitQuery = Annotated[int, Query(ge=1, le=500, description="Alerts per page.")]
-CursorQuery = Annotated[int | None, Query(ge=1, le=MAX_ID, description="`next_cursor` of the previous page.")]
+
+class AlertFilters(BaseModel):
+    """The query both alert lists take: what to show, and which page."""
+
+    state: AlertState | None = Field(None, description="Only open or only acknowledged alerts.")
+    kind: AlertKind | None = Field(None, description="Only alerts of this kind.")
+    limit: int = Field(100, ge=1, le=500, description="Alerts per page.")
+    cursor: int | None = Field(None, ge=1, le=MAX_ID, description="`next_cursor` of the previous page.")
+
+
+FiltersQuery = Annotated[AlertFilters, Query()]
 
 
 @router.get("/jobs/{job_id}/alerts")
-def job_alerts(
-    job_id: str,
-    session: SessionDep,
-    caller: CallerDep,
-    state: StateQuery = None,
-    kind: KindQuery = None,
-    limit: LimitQuery = 100,
-    cursor: CursorQuery = None,
-) -> AlertList:
+def job_alerts(job_id: str, session: SessionDep, caller: CallerDep, filters: FiltersQuery) -> AlertList:
     """A job's alerts, newest first, each with the numbers that fired it."""
     job = visible_job(session, caller=caller, job_id=job_id)
-    return _page(session, job_id=job.id, owner_id=None, state=state, kind=kind, limit=limit, cursor=cursor)
+    return _page(session, job_id=job.id, owner_id=None, filters=filters)
 
 
 @router.get("/alerts")
-def list_alerts(
-    session: SessionDep,
-    caller: CallerDep,
-    state: StateQuery = None,
-    kind: KindQuery = None,
-    limit: LimitQuery = 100,
-    cursor: CursorQuery = None,
-) -> AlertList:
+def list_alerts(session: SessionDep, caller: CallerDep, filters: FiltersQuery) -> AlertList:
     """Alerts newest first: every job's for operators, a client's own jobs' otherwise (`?state=open`: the inbox)."""
     owner_id = None if caller.is_operator else caller.id
-    return _page(session, job_id=None, owner_id=owner_id, state=state, kind=kind, limit=limit, cursor=cursor)
+    return _page(session, job_id=None, owner_id=owner_id, filters=filters)
 
 
 @router.post("/alerts/{alert_id}/ack")
@@ -66,12 +59,9 @@ def acknowledge_alert(
     return AlertPublic.model_validate(alert)
 
 
-def _page(
-    session: Session, *, job_id: str | None, owner_id: str | None, state: AlertState | None, kind: Enum | None,
-    limit: int, cursor: int | None,
-) -> AlertList:
-    kind_name = kind.value if kind else None
+def _page(session: Session, *, job_id: str | None, owner_id: str | None, filters: AlertFilters) -> AlertList:
     rows, next_cursor = alerts_query.list_alerts(
-        session, job_id=job_id, owner_id=owner_id, state=state, kind=kind_name, limit=limit, cursor=cursor
-    )
+        session, job_id=job_id, owner_id=owner_id, state=filters.state, kind=filters.kind.value if filters.kind else None,
+        limit=filters.limit, cursor=filters.cursor,
+    )  # fmt: skip
     return AlertList(data=[AlertPublic.model_validate(row) for row in rows], next_cursor=next_cursor)

@@ -8,13 +8,12 @@ content, since training is deterministic); ``train`` takes a GRPO step and check
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import art
 import torch
 from art import dev
-from art.types import TrainResult
 
 from service.backends.embedded import toolcalls
 from service.backends.embedded.engine import PolicyEngine
@@ -24,7 +23,6 @@ from service.backends.embedded.sampler import SamplingRequest
 from service.backends.embedded.sequences import TokenSequence, trajectory_windows
 from service.backends.embedded.tokenizer import decode_token, render_prompt
 from service.backends.openai_server import ChatCompletionRequest, Sample, ServingError
-from service.backends.results import grpo_result
 from service.backends.serving import InProcessBackend, parse_model_name
 
 
@@ -84,38 +82,22 @@ class EmbeddedBackend(InProcessBackend):
     ) -> tuple[str, str]:
         return await self._serve(self._generate, CharacterChat())
 
-    async def train(
-        self,
-        model: art.TrainableModel,
-        trajectory_groups: Iterable[art.TrajectoryGroup],
-        *,
-        learning_rate: float = 1e-4,
-        kl_penalty_coef: float = 0.0,
-        epsilon: float = 0.2,
-        scale_rewards: bool = True,
-        minibatches: int = 1,
-    ) -> TrainResult:
-        """One GRPO step over the groups; groups without reward variance are skipped and counted."""
-        engine = self._engine(model.name)
+    async def _grpo(
+        self, engine: PolicyEngine, groups: list[art.TrajectoryGroup], *, learning_rate: float, kl_penalty_coef: float,
+        epsilon: float | None, scale_rewards: bool,
+    ) -> dict[str, float]:  # fmt: skip
+        """Each trajectory cut into context-sized windows that carry its group-normalised advantage."""
         sequences: list[TokenSequence] = []
-        groups = list(trajectory_groups)
-        zero_variance = 0
         for group in groups:
             advantages = group_advantages((t.reward for t in group.trajectories), scale=scale_rewards)
-            if advantages is None:
-                zero_variance += 1
-                continue
-            for trajectory, advantage in zip(group.trajectories, advantages):
+            for trajectory, advantage in zip(group.trajectories, advantages or []):
                 for window in trajectory_windows(
                     trajectory.messages_and_choices, block_size=engine.config.block_size, train_on_messages=False
                 ):
                     window.advantage = advantage
                     sequences.append(window)
-        grpo = GRPOConfig(epsilon=epsilon, kl_penalty_coef=kl_penalty_coef)
-        metrics = await self._run(
-            engine.grpo_step, sequences, learning_rate=learning_rate, grpo=grpo, minibatches=minibatches
-        )
-        return grpo_result(engine.step, metrics, groups=len(groups), zero_variance=zero_variance, learning_rate=learning_rate)
+        grpo = GRPOConfig(kl_penalty_coef=kl_penalty_coef, **({} if epsilon is None else {"epsilon": epsilon}))
+        return await self._run(engine.grpo_step, sequences, learning_rate=learning_rate, grpo=grpo)
 
     async def _sft(
         self, engine: PolicyEngine, batches: list[list[art.Trajectory]], rates: list[float], batch_size: int

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -162,9 +161,7 @@ class PolicyEngine:
 
     # -- reinforcement learning -------------------------------------------------------------
 
-    def grpo_step(
-        self, sequences: Sequence[TokenSequence], *, learning_rate: float, grpo: GRPOConfig, minibatches: int
-    ) -> dict[str, float]:
+    def grpo_step(self, sequences: Sequence[TokenSequence], *, learning_rate: float, grpo: GRPOConfig) -> dict[str, float]:
         """One GRPO update over ``sequences`` (advantages already set), then checkpoint step + 1."""
         metrics: dict[str, float] = {}
         if sequences:
@@ -173,18 +170,10 @@ class PolicyEngine:
             for group in self.optimizer.param_groups:
                 group["lr"] = learning_rate
             self.policy.train()
-            per_batch: list[dict[str, float]] = []
-            size = math.ceil(len(sequences) / max(1, minibatches))
-            for start in range(0, len(sequences), size):
-                self.optimizer.zero_grad(set_to_none=True)
-                batch_metrics = self._accumulate(
-                    sequences[start : start + size], lambda b, total: grpo_loss(self.policy, self.reference, b, grpo, total)
-                )
-                batch_metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.policy.rl_parameters(), MAX_GRAD_NORM))
-                self.optimizer.step()
-                per_batch.append(batch_metrics)
-            metrics = {key: sum(m[key] for m in per_batch) / len(per_batch) for key in per_batch[0]}
-            metrics["trainable_tokens"] = sum(m["trainable_tokens"] for m in per_batch)
+            self.optimizer.zero_grad(set_to_none=True)
+            metrics = self._accumulate(sequences, lambda b, total: grpo_loss(self.policy, self.reference, b, grpo, total))
+            metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.policy.rl_parameters(), MAX_GRAD_NORM))
+            self.optimizer.step()
             self.policy.eval()
         self.step += 1
         self.checkpoints.save(self.step, self.policy, self.optimizer)

@@ -9,18 +9,15 @@ arrive together (the rollouts of a step, a validation sweep) are decoded togethe
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import art
 from art import dev
-from art.types import TrainResult
 
 from service.backends import layout
 from service.backends.openai_server import Sample, ServingError
-from service.backends.results import grpo_result
 from service.backends.serving import InProcessBackend, parse_model_name
 from service.backends.transformers.engine import LoraSettings, PolicyEngine
 from service.backends.transformers.generation import SamplingRequest
@@ -68,26 +65,14 @@ class TransformersBackend(InProcessBackend):
     ) -> tuple[str, str]:
         return await self._serve(self._generate, TemplateChat(lambda name: self._engine_for(name).tokenizer))
 
-    async def train(
-        self,
-        model: art.TrainableModel,
-        trajectory_groups: Iterable[art.TrajectoryGroup],
-        *,
-        learning_rate: float = 1e-4,
-        kl_penalty_coef: float = 0.0,
-        epsilon: float | None = None,
-        scale_rewards: bool = True,
-        **_: Any,
-    ) -> TrainResult:
-        """One GRPO step; groups whose rewards are all equal carry no advantage and are counted, not trained."""
-        engine = self._engine(model.name)
-        groups = list(trajectory_groups)
-        zero_variance = sum(1 for g in groups if len({t.reward for t in g.trajectories}) <= 1)
+    async def _grpo(
+        self, engine: PolicyEngine, groups: list[art.TrajectoryGroup], *, learning_rate: float, kl_penalty_coef: float,
+        epsilon: float | None, scale_rewards: bool,
+    ) -> dict[str, float]:  # fmt: skip
         config: dev.TrainConfig = {"kl_penalty_coef": kl_penalty_coef}
         if epsilon is not None:
             config["epsilon"] = epsilon
-        metrics = await self._run(engine.grpo_step, groups, learning_rate=learning_rate, config=config, scale_rewards=scale_rewards)
-        return grpo_result(engine.step, metrics, groups=len(groups), zero_variance=zero_variance, learning_rate=learning_rate)
+        return await self._run(engine.grpo_step, groups, learning_rate=learning_rate, config=config, scale_rewards=scale_rewards)
 
     async def _sft(
         self, engine: PolicyEngine, batches: list[list[art.Trajectory]], rates: list[float], batch_size: int
