@@ -13,9 +13,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from service.cli.app import app, console, fail
+from service.cli.app import app, console
 from service.cli.remote import ApiUrlOption, TokenOption, api_client, read_json_file
-from service.api_client import ApiError
 
 
 @app.command()
@@ -29,17 +28,14 @@ def evaluate(
     """Queue an evaluation (a job's checkpoint or a baseline model on a split; best-of-N with n > 1)."""
     spec = read_json_file(spec_file)
     with api_client(api_url, token) as client:
-        try:
-            evaluation = client.submit_evaluation(spec)
-            console.print(f"evaluation {evaluation['id']} ({evaluation['environment']}) is {evaluation['status']}", highlight=False)
-            if wait:
-                for event in client.events(evaluation["id"]):
-                    if event.event == "progress":
-                        data = json.loads(event.data).get("data", {})
-                        console.print(f"  {data.get('done')}/{data.get('total')} rollouts", highlight=False)
-                evaluation = client.get_evaluation(evaluation["id"])
-        except ApiError as exc:
-            raise fail(str(exc)) from None
+        evaluation = client.submit_evaluation(spec)
+        console.print(f"evaluation {evaluation['id']} ({evaluation['environment']}) is {evaluation['status']}", highlight=False)
+        if wait:
+            for event in client.events(evaluation["id"]):
+                if event.event == "progress":
+                    data = json.loads(event.data).get("data", {})
+                    console.print(f"  {data.get('done')}/{data.get('total')} rollouts", highlight=False)
+            evaluation = client.get_evaluation(evaluation["id"])
     if evaluation.get("summary"):
         show_summary(evaluation["summary"])
     if evaluation["status"] == "failed":
@@ -73,10 +69,7 @@ def compare(
 ) -> None:
     """ACCEPT or REJECT CANDIDATE against BASELINE (GET /v1/compare); exit 0 on ACCEPT, 1 on REJECT."""
     with api_client(api_url, token) as client:
-        try:
-            verdict = client.compare(baseline, candidate, min_delta=min_delta, confidence=confidence)
-        except ApiError as exc:
-            raise fail(str(exc)) from None
+        verdict = client.compare(baseline, candidate, min_delta=min_delta, confidence=confidence)
     colour = "green" if verdict["decision"] == "ACCEPT" else "red"
     console.print(f"[{colour}]{verdict['decision']}[/{colour}]", highlight=False)
     if (overall := verdict.get("overall")) is not None:

@@ -13,13 +13,12 @@ import typer
 from sqlalchemy.engine import make_url
 from sqlmodel import Session
 
-from service.api_client import ApiClient, ApiError
 from service.settings import Settings, get_settings
 from service.store import db as store_db
 from service.store import runs
 
 from service.cli.app import app, console, fail
-from service.cli.remote import ApiUrlOption, TokenOption
+from service.cli.remote import ApiUrlOption, TokenOption, api_client
 
 
 @app.command()
@@ -37,7 +36,7 @@ def plot(
     """Write a job's training curves (reward, validation accuracy, KL, entropy, length, alerts) to a PNG;
     prints the file's path."""
     settings = get_settings()
-    png = _from_store(settings, job_id) if local else _from_api(settings, job_id, api_url=api_url, token=token)
+    png = _from_store(settings, job_id) if local else _from_api(job_id, api_url=api_url, token=token)
     path = output or Path(f"curves-{job_id[:8]}.png")
     try:
         path.write_bytes(png)
@@ -47,12 +46,9 @@ def plot(
     typer.echo(str(path))
 
 
-def _from_api(settings: Settings, job_id: str, *, api_url: str | None, token: str | None) -> bytes:
-    try:
-        with ApiClient(base_url=api_url or settings.api_url, token=token or settings.token) as client:
-            return client.curves_png(job_id)
-    except ApiError as exc:
-        raise fail(str(exc)) from None
+def _from_api(job_id: str, *, api_url: str | None, token: str | None) -> bytes:
+    with api_client(api_url, token) as client:
+        return client.curves_png(job_id)
 
 
 def _from_store(settings: Settings, job_id: str) -> bytes:

@@ -7,9 +7,10 @@ Human output goes to stderr; stdout carries only what scripts read, as its last 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -43,11 +44,8 @@ def submit(
 ) -> None:
     """Submit a training job; prints its id as the last line of stdout."""
     spec = read_json_file(spec_file)
-    with api_client(api_url, token) as client:
-        try:
-            job, replayed = client.submit(spec, idempotency_key=idempotency_key)
-        except ApiError as exc:
-            raise fail(f"the API refused the job: {exc}" if exc.status else str(exc)) from None
+    with api_client(api_url, token, refused="the API refused the job") as client:
+        job, replayed = client.submit(spec, idempotency_key=idempotency_key)
     how = "was already submitted with this idempotency key" if replayed else f"is {job['status']}"
     follow = f"follow it with: artsvc watch {job['id']}"
     console.print(f"job {job['id']} ({job['environment']}) {how}; {follow}", soft_wrap=True, highlight=False)
@@ -70,8 +68,6 @@ def watch(
             display = WatchDisplay(client.get_job(job_id))
             with display.progress:
                 final = display.follow(client.events(job_id))
-        except ApiError as exc:
-            raise fail(str(exc)) from None
         except KeyboardInterrupt:
             console.print(f"stopped watching; the job goes on (artsvc watch {job_id} follows it again)", soft_wrap=True)
             raise typer.Exit(130) from None
@@ -138,12 +134,16 @@ class WatchDisplay:
         )
 
 
-def api_client(api_url: str | None, token: str | None) -> ApiClient:
+@contextlib.contextmanager
+def api_client(api_url: str | None, token: str | None, *, refused: str | None = None) -> Iterator[ApiClient]:
+    """The verb's client of the API (flags first, then settings). An API error ends the verb with its message and
+    exit code 2, after ``refused`` when the API answered (a refusal rather than an unreachable server)."""
     settings = get_settings()
     try:
-        return ApiClient(base_url=api_url or settings.api_url, token=token or settings.token)
+        with ApiClient(base_url=api_url or settings.api_url, token=token or settings.token) as client:
+            yield client
     except ApiError as exc:
-        raise fail(str(exc)) from None
+        raise fail(f"{refused}: {exc}" if refused and exc.status else str(exc)) from None
 
 
 def read_json_file(name: str) -> Any:
