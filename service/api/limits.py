@@ -10,11 +10,11 @@ connection too). A body larger still is cut off there.
 
 from __future__ import annotations
 
-import json
-
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.api.asgi import HTTPMiddleware, send_json_error
 
 DRAIN_BYTES = 4 * 1024 * 1024  # read and dropped after a refusal, so the client reads the 413 (see above)
 
@@ -36,17 +36,14 @@ async def drain(receive: Receive, *, budget: int = DRAIN_BYTES) -> None:
             return
 
 
-class BodySizeLimit:
-    """Pure ASGI middleware: 413 with a JSON ``detail`` for bodies over ``max_bytes``."""
+class BodySizeLimit(HTTPMiddleware):
+    """413 with a JSON ``detail`` for bodies over ``max_bytes``."""
 
     def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
-        self.app = app
+        super().__init__(app)
         self.max_bytes = max_bytes
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         declared = Headers(scope=scope).get("content-length")
         if declared is not None and not declared.isdigit():
             await self._refuse(send, HTTPException(400, "invalid Content-Length header"))
@@ -84,11 +81,5 @@ class BodySizeLimit:
 
     @staticmethod
     async def _refuse(send: Send, exc: HTTPException) -> None:
-        body = json.dumps({"detail": exc.detail}).encode()
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"connection", b"close"),  # the body is not read (past DRAIN_BYTES): the connection is unusable
-        ]
-        await send({"type": "http.response.start", "status": exc.status_code, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        # the body is not read (past DRAIN_BYTES): the connection is unusable
+        await send_json_error(send, exc.status_code, exc.detail, headers={"connection": "close"})

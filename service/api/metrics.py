@@ -18,6 +18,7 @@ from sqlmodel import Session
 from starlette.datastructures import State
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.api.asgi import HTTPMiddleware
 from service.store import stats
 
 logger = logging.getLogger(__name__)
@@ -40,18 +41,15 @@ def install(app: FastAPI) -> None:
     app.add_middleware(RequestLatency, histogram=latency)
 
 
-class RequestLatency:
-    """Pure ASGI middleware: observes each HTTP request's latency once its response starts (so a long
+class RequestLatency(HTTPMiddleware):
+    """Observes each HTTP request's latency once its response starts (so a long
     event stream counts by how fast it began), labelled by the matched route's template."""
 
     def __init__(self, app: ASGIApp, *, histogram: Histogram) -> None:
-        self.app = app
+        super().__init__(app)
         self.histogram = histogram
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         observed = False
 

@@ -12,12 +12,11 @@ cannot pass the cap.
 
 from __future__ import annotations
 
-import json
-
 from starlette.datastructures import Headers
 from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.api.asgi import HTTPMiddleware, send_json_error
 from service.api.browser_auth import SESSION_COOKIE
 
 RETRY_AFTER_S = 1  # a request slot frees within a request's time
@@ -25,21 +24,18 @@ HEALTH_PATH = "/healthz"
 HEALTH_IN_FLIGHT = 4  # health checks answered at once, besides the cap
 
 
-class InFlightLimit:
-    """Pure ASGI middleware: 503 with ``Retry-After`` for HTTP requests past ``max_requests`` in progress, 429 for a
+class InFlightLimit(HTTPMiddleware):
+    """503 with ``Retry-After`` for HTTP requests past ``max_requests`` in progress, 429 for a
     caller's past ``max_per_caller``."""
 
     def __init__(self, app: ASGIApp, *, max_requests: int, max_per_caller: int) -> None:
-        self.app = app
+        super().__init__(app)
         self.limits = {"requests": max_requests, "health": HEALTH_IN_FLIGHT}
         self.in_flight = {"requests": 0, "health": 0}
         self.max_per_caller = max_per_caller
         self.by_caller: dict[str, int] = {}  # callers with requests in progress only: it cannot grow past the cap
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         gate = "health" if scope["path"] == HEALTH_PATH else "requests"
         caller = credential(scope) if gate == "requests" else None
         if self.in_flight[gate] >= self.limits[gate]:
@@ -84,14 +80,7 @@ class InFlightLimit:
             what = "health checks" if gate == "health" else "requests (ARTSVC_MAX_CONCURRENT_REQUESTS)"
             status, limit = 503, self.limits[gate]
             detail = f"the server is busy: at its limit of {limit} {what} in progress; retry in {RETRY_AFTER_S} s"
-        body = json.dumps({"detail": detail}).encode()
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"retry-after", str(RETRY_AFTER_S).encode()),
-        ]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await send_json_error(send, status, detail, headers={"retry-after": str(RETRY_AFTER_S)})
 
 
 def credential(scope: Scope) -> str:

@@ -136,16 +136,21 @@ class PolicyEngine:
                 sums[key] = sums.get(key, 0.0) + value
         return {**{key: value / total for key, value in sums.items()}, "trainable_tokens": total}
 
-    def sft_step(self, batch: Sequence[TokenSequence], learning_rate: float) -> dict[str, float]:
+    def _begin_update(self, learning_rate: float, *, rl: bool) -> torch.optim.Optimizer:
+        """The phase's optimizer (made on its first update) at ``learning_rate``, gradients cleared, policy training."""
         if self.optimizer is None:
-            self.optimizer = self._new_optimizer(learning_rate, rl=False)
+            self.optimizer = self._new_optimizer(learning_rate, rl=rl)
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
         self.policy.train()
         self.optimizer.zero_grad(set_to_none=True)
+        return self.optimizer
+
+    def sft_step(self, batch: Sequence[TokenSequence], learning_rate: float) -> dict[str, float]:
+        optimizer = self._begin_update(learning_rate, rl=False)
         metrics = self._accumulate(batch, lambda b, total: sft_loss(self.policy, b, total))
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), MAX_GRAD_NORM)
-        self.optimizer.step()
+        optimizer.step()
         return {**metrics, "grad_norm": float(grad_norm), "learning_rate": learning_rate}
 
     def finish_sft(self) -> None:
@@ -165,15 +170,10 @@ class PolicyEngine:
         """One GRPO update over ``sequences`` (advantages already set), then checkpoint step + 1."""
         metrics: dict[str, float] = {}
         if sequences:
-            if self.optimizer is None:
-                self.optimizer = self._new_optimizer(learning_rate, rl=True)
-            for group in self.optimizer.param_groups:
-                group["lr"] = learning_rate
-            self.policy.train()
-            self.optimizer.zero_grad(set_to_none=True)
+            optimizer = self._begin_update(learning_rate, rl=True)
             metrics = self._accumulate(sequences, lambda b, total: grpo_loss(self.policy, self.reference, b, grpo, total))
             metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.policy.rl_parameters(), MAX_GRAD_NORM))
-            self.optimizer.step()
+            optimizer.step()
             self.policy.eval()
         self.step += 1
         self.checkpoints.save(self.step, self.policy, self.optimizer)
