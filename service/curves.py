@@ -1,8 +1,8 @@
 """A job's training curves as one PNG: reward, validation accuracy, KL, entropy and completion length
 over steps, with every alert marked where it fired.
 
-``render_curves`` takes the dicts the API returns (``StepPublic``, ``ValidationPublic``, ``AlertPublic``),
-so the API route and ``artsvc plot --local`` draw the same picture from the same numbers. It uses
+``render_curves`` takes rows shaped as the API returns them (``StepPublic``, ``ValidationPublic``, ``AlertPublic``;
+service/api/job_curves.py reads them), so the API route and ``artsvc plot --local`` draw the same picture. It uses
 matplotlib's object API on an Agg canvas: no GUI backend, no pyplot global state, no side effects at import.
 """
 
@@ -17,13 +17,8 @@ from typing import Any
 
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
-from sqlmodel import Session
 
 from service.alerts.rules import KINDS
-from service.api.schemas import StepPublic, ValidationPublic
-from service.api.watch_schemas import AlertPublic
-from service.store import alerts_query, runs
-from service.store.tables import Job
 
 FIGSIZE_IN = (10.0, 12.0)  # fixed size and dpi: the same numbers give the same bytes
 DPI = 100
@@ -32,7 +27,6 @@ SAME_STEP_GAP = 0.006  # of the x range, between the lines of alerts that fired 
 ALERT_GID = "alert"  # every alert line carries this gid, so tests can count them without reading pixels
 KIND_COLOURS = dict(zip(KINDS, ("#d62728", "#9467bd", "#ff7f0e", "#e377c2", "#17becf", "#bcbd22", "#8c564b")))
 OTHER_COLOURS = ("#7f7f7f", "#000000", "#aec7e8", "#98df8a")  # kinds the rules do not name yet, in name order
-ALERT_PAGE = 500
 
 _LOCK = threading.Lock()  # matplotlib is not thread-safe, and the API renders in its worker threads
 
@@ -87,22 +81,6 @@ def build_figure(
     _mark_alerts(figure, axes, alerts)
     figure.suptitle(title or "training curves")
     return figure
-
-
-def job_curves(session: Session, *, job: Job) -> bytes:
-    """``job``'s curves from the store, read through the API's own schemas so every caller draws the same."""
-    steps = [StepPublic.model_validate(row).model_dump(mode="json") for row in runs.steps(session, job_id=job.id)]
-    points = runs.validation_points(session, job_id=job.id)
-    validation = [ValidationPublic.model_validate(row).model_dump(mode="json") for row in points]
-    alerts, cursor = [], None
-    while True:
-        rows, cursor = alerts_query.list_alerts(session, job_id=job.id, limit=ALERT_PAGE, cursor=cursor)
-        alerts += [AlertPublic.model_validate(row).model_dump(mode="json") for row in rows]
-        if cursor is None:
-            break
-    alerts.sort(key=lambda alert: (alert["step"], alert["id"]))  # the API pages newest first
-    title = f"{job.environment} job {job.id[:8]} ({job.status.value}, step {job.step})"
-    return render_curves(steps, validation, alerts, title=title)
 
 
 def _validation_panel(ax: Any, validation: Sequence[Row], *, note: str) -> None:

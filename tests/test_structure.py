@@ -1,9 +1,11 @@
 """The shape of the code, checked: no import cycles among the project's packages, no oversized modules.
 
-A package here is a folder of modules (``service.training``, ``judges.graders``) or a top-level module
-(``service.spec``); an edge is any import written in a module of one package naming another, at module level or
-inside a function (an import moved into a function to dodge a cycle is still a cycle), except under
-``if TYPE_CHECKING:``, which never runs.
+A package here is a folder of modules (``service.training``, ``judges.graders``) or a module directly under a
+top-level package (``service.spec``, ``service.curves``); a package and its subpackages are separate packages. An edge
+is any import written in a module of one package naming another, at module level or inside a function (an import
+moved into a function to dodge a cycle is still a cycle), except under ``if TYPE_CHECKING:``, which never runs, and
+except a package's ``__init__`` naming its own subpackages: a factory choosing among them (``make_backend``) is
+the package's front door, and those subpackages build on the package's other modules.
 """
 
 from __future__ import annotations
@@ -30,9 +32,12 @@ def modules() -> dict[str, Path]:
 
 
 def package_of(module: str, known: dict[str, Path]) -> str:
-    """The folder a module lives in (a package's __init__ belongs to the package itself)."""
-    path = known[module]
-    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+    """The folder a module lives in (a package's __init__ belongs to the package itself), or the module itself
+    when it lies directly under a top-level package."""
+    if known[module].name == "__init__.py":
+        return module
+    folder = module.rpartition(".")[0]
+    return module if folder in PACKAGES else folder
 
 
 def imported(path: Path, module: str) -> set[str]:
@@ -58,12 +63,13 @@ def package_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for module, path in known.items():
         here = package_of(module, known)
+        front_door = path.name == "__init__.py"
         for name in imported(path, module):
             while name and name not in known:
                 name = name.rpartition(".")[0]
             if name:
                 there = package_of(name, known)
-                if there != here and not here.startswith(there + ".") and not there.startswith(here + "."):
+                if there != here and not (front_door and there.startswith(module + ".")):
                     graph.setdefault(here, set()).add(there)
     return graph
 

@@ -1,1 +1,2 @@
-"""The HTTP API: FastAPI app, one router per resource under ``routes/``."""
+"""The HTTP API's parts: one router per resource under ``routes/``, and what they share (auth, schemas, limits,
+errors). service/app.py assembles them into the FastAPI app."""

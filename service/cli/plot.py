@@ -67,7 +67,7 @@ def _from_store(settings: Settings, job_id: str) -> bytes:
             job = runs.get_job(session, job_id=job_id) if runs.is_job_id(job_id) else None
             if job is None:
                 raise fail(f"no job {job_id!r} in {parsed.render_as_string()}")
-            from service.curves import job_curves  # matplotlib takes half a second: import it once there is a job
+            from service.api.job_curves import job_curves  # matplotlib takes half a second: import it once there is a job
 
             return job_curves(session, job=job)
     finally:

@@ -53,7 +53,7 @@ def serve(
     local: Annotated[bool, typer.Option("--local", help="Single-user mode without tokens (loopback only).")] = False,
 ) -> None:
     """Serve the job API (JSON under /v1, docs at /docs) and run its workers."""
-    from service.api.app import create_app
+    from service.app import create_app
 
     overrides: dict[str, Any] = {
         "host": host, "port": port, "local_mode": True if local else None, "workers": 0 if no_worker else workers

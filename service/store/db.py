@@ -5,7 +5,7 @@ SQLAlchemy URL (PostgreSQL in production) is used as given. The schema is Alembi
 
 The pool is bounded and its wait short: a request that finds no free connection fails fast (the API
 answers 503) instead of queueing for half a minute. The API sizes its request threads to the pool
-(service/api/app.py), so a connection is normally free for every thread.
+(service/app.py), so a connection is normally free for every thread.
 """
 
 from __future__ import annotations

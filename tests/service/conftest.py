@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlmodel import Session
 
-from service.api.app import create_app
+from service.app import create_app
 from service.auth import create_token
 from service.settings import Settings
 from service.store.tables import Role

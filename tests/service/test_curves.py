@@ -11,8 +11,8 @@ from matplotlib.lines import Line2D
 from PIL import Image
 from sqlmodel import Session
 
-from service import curves
-from service.curves import ALERT_GID, build_figure, job_curves, render_curves
+from service.api import job_curves as stored
+from service.curves import ALERT_GID, build_figure, render_curves
 from service.store import runs
 from tests.databases import sqlite_only
 from tests.service.api import seeding
@@ -102,10 +102,10 @@ def test_a_jobs_curves_are_drawn_from_every_recorded_row(engine, monkeypatch):
     for kind, step in (("plateau", 3), ("collapse", 1), ("kl_spike", 2)):
         seeding.alert(engine, job_id, kind=kind, step=step)
     drawn = {}
-    monkeypatch.setattr(curves, "render_curves", lambda *args, **kwargs: drawn.update(args=args, **kwargs) or b"png")
-    monkeypatch.setattr(curves, "ALERT_PAGE", 2)  # three alerts: two pages
+    monkeypatch.setattr(stored, "render_curves", lambda *args, **kwargs: drawn.update(args=args, **kwargs) or b"png")
+    monkeypatch.setattr(stored, "ALERT_PAGE", 2)  # three alerts: two pages
     with Session(engine) as session:
-        assert job_curves(session, job=runs.get_job(session, job_id=job_id)) == b"png"
+        assert stored.job_curves(session, job=runs.get_job(session, job_id=job_id)) == b"png"
     steps, validation, alerts = drawn["args"]
     assert [(row["step"], row["reward_mean"]) for row in steps] == [(1, 0.25), (2, 0.5), (3, 0.75)]
     assert [(row["step"], row["accuracy"]) for row in validation] == [(0, 0.0), (2, 0.5)]

@@ -46,7 +46,7 @@ def test_a_base_model_of_the_other_backend_is_refused(model):
         JobSpec(environment="math", model=model)
 
 
-@pytest.mark.parametrize("module", ["service.cli", "service.spec", "service.api.app"])
+@pytest.mark.parametrize("module", ["service.cli", "service.spec", "service.app"])
 def test_importing_the_cli_spec_or_api_loads_neither_torch_nor_art(module):
     probe = f"import sys, json, {module}; print(json.dumps([m for m in ('torch', 'art') if m in sys.modules]))"
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from service.api.deps import CallerDep, SessionDep, visible_job
-from service.curves import job_curves
+from service.api.job_curves import job_curves
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 

@@ -6,7 +6,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
-from service.api.app import create_app
+from service.app import create_app
 from service.store import runs
 from service.store.tables import LOCAL_OWNER, ApiToken, Role, utcnow
 from tests.databases import sqlite_only

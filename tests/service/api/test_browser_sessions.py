@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
-from service.api.app import create_app
+from service.app import create_app
 from service.auth import SESSIONS_PER_TOKEN
 from service.store.tables import ApiToken, BrowserSession, utcnow
 from tests.databases import sqlite_only

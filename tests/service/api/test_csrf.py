@@ -10,7 +10,7 @@ import httpx
 import pytest
 from sqlmodel import Session
 
-from service.api.app import create_app
+from service.app import create_app
 from service.spec import EvaluationSpec
 from service.store import runs
 from service.store.tables import LOCAL_OWNER, Alert, AlertState, Job, JobStatus, Role

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlmodel import Session
 
-from service.curves import job_curves
+from service.api.job_curves import job_curves
 from service.store import runs
 from tests.databases import sqlite_only
 from tests.service.api import seeding

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy.engine import make_url
 from sqlmodel import create_engine
 
-from service.api.app import create_app
+from service.app import create_app
 from service.api.routes import events as events_route
 from service.sse import EventStreamParser, ServerSentEvent
 from service.store.tables import Role

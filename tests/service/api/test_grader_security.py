@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from judges.graders import build_grader, sample_from_text
-from service.api.app import create_app
+from service.app import create_app
 from tests.databases import sqlite_only
 from tests.environments.test_plugins import plugin_path  # noqa: F401 -- the echo plugin, installed once per module
 

@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
-from service.api.app import create_app
+from service.app import create_app
 from service.settings import Settings
 from service.store import db as store_db
 from service.store.tables import AlertState, JobStatus, Role

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.api.app import create_app
+from service.app import create_app
 from tests.databases import sqlite_only
 
 pytestmark = sqlite_only  # refusals at the API's door: nothing here depends on the database

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from service.api.app import create_app
+from service.app import create_app
 from service.settings import Settings
 from tests.databases import sqlite_only
 from tests.service.api import seeding

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlmodel import Session, func, select
 
-from service.api.app import create_app
+from service.app import create_app
 from service.store.tables import Job, JobStatus, Role
 from tests.databases import sqlite_only
 

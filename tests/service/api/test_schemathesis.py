@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 from sqlmodel import Session, delete, update
 
-from service.api.app import create_app
+from service.app import create_app
 from service.auth import create_token
 from service.settings import Settings
 from service.spec import JobSpec

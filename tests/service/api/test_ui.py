@@ -6,7 +6,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlmodel import Session
 
-from service.api.app import create_app
+from service.app import create_app
 from service.settings import Settings
 from service.store import runs
 from service.store.records import StepCreate, ValidationCreate

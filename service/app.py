@@ -1,4 +1,4 @@
-"""The FastAPI application: store, auth, routers, limits, metrics. It trains nothing: worker processes do
+"""The FastAPI application, assembled from service/api: store, auth, routers, limits, metrics. It trains nothing: worker processes do
 (``artsvc serve`` runs them as its children, service/worker/supervisor.py, or ``artsvc worker`` apart).
 
 ``create_app`` refuses to start against an unmigrated database (StoreError saying to run
