@@ -26,7 +26,19 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def machine() -> str:
-    return f"{os.cpu_count()} CPU cores ({platform.machine()}), Python {platform.python_version()}, {platform.system()}"
+    """Cores, CPU model and widest vector unit (results move with both: speed and, across CPUs, the last bits)."""
+    return f"{os.cpu_count()} CPU cores ({platform.machine()}{cpu_model()}), Python {platform.python_version()}, {platform.system()}"
+
+
+def cpu_model() -> str:
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
+    flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
+    vector = "AVX512" if "avx512f" in flags else "AVX2" if "avx2" in flags else ""
+    return "".join(f", {part}" for part in (model, vector) if part)
 
 
 def train_and_read(env_name: str, seed: int, extra: list[str]) -> dict[str, Any]:
