@@ -7,17 +7,12 @@ runs without importing ART.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from environments.lazy import export
 
 if TYPE_CHECKING:
     from environments.email.env import EmailEnvironment
 
 __all__ = ["EmailEnvironment"]
-
-
-def __getattr__(name: str) -> Any:
-    if name != "EmailEnvironment":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from environments.email.env import EmailEnvironment
-
-    return EmailEnvironment
+__getattr__ = export(__name__, "EmailEnvironment", "environments.email.env")

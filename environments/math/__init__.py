@@ -7,17 +7,12 @@ data) runs without importing ART.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from environments.lazy import export
 
 if TYPE_CHECKING:
     from environments.math.env import MathEnvironment
 
 __all__ = ["MathEnvironment"]
-
-
-def __getattr__(name: str) -> Any:
-    if name != "MathEnvironment":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from environments.math.env import MathEnvironment
-
-    return MathEnvironment
+__getattr__ = export(__name__, "MathEnvironment", "environments.math.env")

@@ -7,17 +7,12 @@ and ``python -m environments.twenty48.scenarios`` (which regenerates the data) r
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from environments.lazy import export
 
 if TYPE_CHECKING:
     from environments.twenty48.env import Twenty48Environment
 
 __all__ = ["Twenty48Environment"]
-
-
-def __getattr__(name: str) -> Any:
-    if name != "Twenty48Environment":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from environments.twenty48.env import Twenty48Environment
-
-    return Twenty48Environment
+__getattr__ = export(__name__, "Twenty48Environment", "environments.twenty48.env")
