@@ -2,7 +2,10 @@
 
 A token (made by ``artsvc token create``) is 32 random bytes, url-safe; only its sha256 hex digest is
 stored, so a leaked database does not leak credentials. Lookup is by digest (unique index), one query a
-request. A browser never holds the token: logging in to the dashboard makes a session whose random
+request, never cached: a token revoked by any process is refused from its next request on. The per-request
+lookups are Core statements built once, run on a ``Connection`` (the API's event loop has one; a ``Session``
+gives its own with ``session.connection()``): through the ORM they cost several times as much, and they are on
+every request's path. A browser never holds the token: logging in to the dashboard makes a session whose random
 secret goes into the cookie and stands for the token until it expires, is logged out, or the token is
 revoked.
 """
@@ -15,12 +18,25 @@ import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
+from sqlalchemy import Connection, Row, bindparam
 from sqlmodel import Session, col, delete, select
 
 from service.store.tables import LOCAL_OWNER, ApiToken, BrowserSession, Role, utcnow
 
 TOKEN_PREFIX = "artsvc_"
 SESSIONS_PER_TOKEN = 16  # live dashboard logins one token may hold; a new login beyond ends the oldest
+
+_LIVE_TOKEN = select(ApiToken.id, ApiToken.role).where(
+    ApiToken.token_hash == bindparam("token_hash"), col(ApiToken.revoked_at).is_(None)
+)
+_BROWSER_LOGIN = (
+    select(
+        BrowserSession.revoked_at, BrowserSession.expires_at,
+        ApiToken.id, ApiToken.role, col(ApiToken.revoked_at).label("token_revoked_at"),
+    )
+    .join(ApiToken, col(ApiToken.id) == col(BrowserSession.token_id))
+    .where(BrowserSession.secret_hash == bindparam("secret_hash"))
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -50,9 +66,9 @@ def create_token(session: Session, *, role: Role, name: str) -> tuple[ApiToken, 
     return row, secret
 
 
-def authenticate(session: Session, *, token: str) -> Principal | None:
+def authenticate(connection: Connection, *, token: str) -> Principal | None:
     """The principal of a live token, or None for an unknown or revoked one."""
-    row = _live_token(session, token=token)
+    row = _live_token(connection, token=token)
     return None if row is None else Principal(id=row.id, role=row.role)
 
 
@@ -60,7 +76,7 @@ def create_browser_session(session: Session, *, token: str, ttl_s: int) -> tuple
     """A session of a live token lasting ``ttl_s`` seconds and the secret for the browser's cookie (never stored);
     None for an unknown or revoked token. Expired sessions are deleted on the way, and so are the token's oldest
     beyond ``SESSIONS_PER_TOKEN``: logging in again and again cannot grow the table."""
-    row = _live_token(session, token=token)
+    row = _live_token(session.connection(), token=token)
     if row is None:
         return None
     now = utcnow()
@@ -75,17 +91,13 @@ def create_browser_session(session: Session, *, token: str, ttl_s: int) -> tuple
     return login, secret
 
 
-def authenticate_browser_session(session: Session, *, secret: str) -> Principal | None:
+def authenticate_browser_session(connection: Connection, *, secret: str) -> Principal | None:
     """The principal behind a session secret, or None when the session is unknown, expired or logged out, or its
     token was revoked."""
-    query = select(BrowserSession, ApiToken).join(ApiToken, col(ApiToken.id) == col(BrowserSession.token_id))
-    found = session.exec(query.where(BrowserSession.secret_hash == hash_token(secret))).first()
-    if found is None:
+    login = connection.execute(_BROWSER_LOGIN, {"secret_hash": hash_token(secret)}).first()
+    if login is None or login.revoked_at is not None or login.expires_at <= utcnow() or login.token_revoked_at is not None:
         return None
-    login, token = found
-    if login.revoked_at is not None or login.expires_at <= utcnow() or token.revoked_at is not None:
-        return None
-    return Principal(id=token.id, role=token.role)
+    return Principal(id=login.id, role=login.role)
 
 
 def revoke_browser_session(session: Session, *, secret: str) -> None:
@@ -96,6 +108,6 @@ def revoke_browser_session(session: Session, *, secret: str) -> None:
         session.add(login)
 
 
-def _live_token(session: Session, *, token: str) -> ApiToken | None:
-    row = session.exec(select(ApiToken).where(ApiToken.token_hash == hash_token(token))).first()
-    return None if row is None or row.revoked_at is not None else row
+def _live_token(connection: Connection, *, token: str) -> Row[tuple[str, Role]] | None:
+    """The id and role of a live token."""
+    return connection.execute(_LIVE_TOKEN, {"token_hash": hash_token(token)}).first()

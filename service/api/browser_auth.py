@@ -13,7 +13,7 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from fastapi import HTTPException, Request, Response
-from sqlmodel import Session
+from sqlalchemy import Connection
 
 from service.auth import Principal, authenticate_browser_session
 from service.settings import Settings
@@ -34,12 +34,12 @@ def _source(request: Request) -> str | None:
     return request.headers.get("origin") or request.headers.get("referer")
 
 
-def cookie_caller(request: Request, session: Session) -> Principal:
+def cookie_caller(request: Request, connection: Connection) -> Principal:
     """The caller of the session cookie; 403 for a cross-site or form-posted state change, 401 for a session that
     expired, was logged out, or whose token was revoked."""
     if request.method not in SAFE_METHODS:
         _refuse_forgery(request)
-    principal = authenticate_browser_session(session, secret=request.cookies[SESSION_COOKIE])
+    principal = authenticate_browser_session(connection, secret=request.cookies[SESSION_COOKIE])
     if principal is None:
         detail = "the dashboard session expired or was logged out; log in again at /ui/login"
         raise HTTPException(401, detail, {"WWW-Authenticate": "Bearer"})

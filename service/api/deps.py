@@ -11,11 +11,17 @@ timed out waiting for the pool. So:
 
 - keyed reads (the caller's token, one job by id, one page of jobs) run right on the event loop through
   ``read_now``, on a connection of the loop's own (``app.state.loop_engine``, one connection: the loop
-  runs one at a time). They take tens of microseconds on SQLite, whose readers never wait for a writer
+  runs one at a time), as Core statements: no session or identity map, which through the ORM cost several
+  times the query itself. They take tens of microseconds on SQLite, whose readers never wait for a writer
   in WAL mode; on PostgreSQL a statement timeout bounds them (service/store/db.py).
 - everything else is a sync route run on one request thread, whose session (``SessionDep``) is opened
   without a connection and closed on the loop as soon as the route returns, so no request holds a
   connection while it waits for a thread, and the response is sent without one.
+
+FastAPI validates a sync route's response model on a second request thread. Where that second hop hurts, a
+route is ``async`` and runs its store work in one ``run_in_threadpool``: ``POST /v1/jobs``, whose SQLite
+writers take turns (``one_writer``), so under load the threads are all held by writers in the queue. A
+submission that had committed waited about 250 ms for a thread to validate its response.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import Connection, Row
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
@@ -35,6 +42,7 @@ from service.store import runs
 from service.store.tables import Job, JobKind
 
 T = TypeVar("T")
+J = TypeVar("J", Job, Row[Any])
 bearer = HTTPBearer(auto_error=False, description="A token from `artsvc token create`.")
 
 
@@ -57,9 +65,9 @@ async def get_session(engine: EngineDep) -> AsyncIterator[Session]:
 
 
 def read_now(request: Request, fn: Callable[..., T], /, **kwargs: Any) -> T:
-    """``fn(session, **kwargs)`` on the event loop, for a keyed read (see the module docstring); never a write."""
-    with Session(request.app.state.loop_engine, expire_on_commit=False) as session:
-        return fn(session, **kwargs)
+    """``fn(connection, **kwargs)`` on the event loop, for a keyed read (see the module docstring); never a write."""
+    with request.app.state.loop_engine.connect() as connection:
+        return fn(connection, **kwargs)
 
 
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]  # closed when the route returns, not sent
@@ -78,7 +86,7 @@ async def get_caller(
         return LOCAL_PRINCIPAL
     token = credentials.credentials if credentials is not None and credentials.scheme.lower() == "bearer" else None
     if token is None and "authorization" not in request.headers and request.cookies.get(SESSION_COOKIE):
-        return read_now(request, lambda session: cookie_caller(request, session))
+        return read_now(request, lambda connection: cookie_caller(request, connection))
     if token is None:
         raise HTTPException(401, "missing bearer token (create one with `artsvc token create`)", {"WWW-Authenticate": "Bearer"})
     principal = read_now(request, authenticate, token=token)
@@ -103,6 +111,16 @@ def visible_job(session: Session, *, caller: Principal, job_id: str, kind: JobKi
     """The job (of ``kind``; None: training or evaluation) if the caller may see it; 404 otherwise (missing and
     foreign look the same)."""
     job = runs.get_job(session, job_id=job_id) if runs.is_job_id(job_id) else None
+    return _if_visible(job, caller=caller, job_id=job_id, kind=kind)
+
+
+def visible_job_row(connection: Connection, *, caller: Principal, job_id: str) -> Row[Any]:
+    """``visible_job`` for a training job only shown, not changed: its Core row, read without a session."""
+    row = runs.job_row(connection, job_id=job_id) if runs.is_job_id(job_id) else None
+    return _if_visible(row, caller=caller, job_id=job_id, kind=JobKind.training)
+
+
+def _if_visible(job: J | None, *, caller: Principal, job_id: str, kind: JobKind | None) -> J:
     if job is None or not (caller.is_operator or job.owner_id == caller.id) or kind not in (None, job.kind):
         noun = "evaluation" if kind == JobKind.evaluation else "job"
         raise HTTPException(404, f"no {noun} {job_id[:64]!r}")

@@ -11,7 +11,9 @@ import hashlib
 import json
 import uuid
 from datetime import datetime, timezone
+from typing import Any
 
+from sqlalchemy import Connection, Row
 from sqlmodel import Session, and_, col, or_, select
 
 from service.spec import JobSpec
@@ -49,7 +51,7 @@ def earlier_submission(session: Session, *, owner_id: str, idempotency_key: str,
     return job
 
 
-def encode_cursor(job: Job) -> str:
+def encode_cursor(job: Job | Row[Any]) -> str:
     raw = json.dumps([job.created_at.isoformat(), job.id], separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
@@ -70,19 +72,20 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
 
 
 def list_jobs(
-    session: Session,
+    connection: Connection,
     *,
     owner_id: str | None,
     status: JobStatus | None,
     limit: int,
     cursor: str | None,
     kind: JobKind = JobKind.training,
-) -> tuple[list[Job], str | None]:
-    """A page of jobs, newest first by (created_at, id), and the cursor of the next page (None at the end).
+) -> tuple[list[Row[Any]], str | None]:
+    """A page of jobs as Core rows (read-only, and no session's cost: the API lists on its event loop), newest
+    first by (created_at, id), and the cursor of the next page (None at the end).
 
     ``owner_id=None`` lists every owner's jobs (operators). A malformed cursor raises BadCursor.
     """
-    query = select(Job).where(Job.kind == kind)
+    query = select(*Job.__table__.columns).where(Job.kind == kind)
     if owner_id is not None:
         query = query.where(Job.owner_id == owner_id)
     if status is not None:
@@ -92,7 +95,7 @@ def list_jobs(
         query = query.where(
             or_(col(Job.created_at) < created_at, and_(col(Job.created_at) == created_at, col(Job.id) < job_id))
         )
-    rows = list(session.exec(query.order_by(col(Job.created_at).desc(), col(Job.id).desc()).limit(limit + 1)))
+    rows = list(connection.execute(query.order_by(col(Job.created_at).desc(), col(Job.id).desc()).limit(limit + 1)))
     page = rows[:limit]
     return page, (encode_cursor(page[-1]) if len(rows) > limit else None)
 

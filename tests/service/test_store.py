@@ -133,7 +133,7 @@ def test_browser_sessions_are_stored_and_a_downgrade_drops_them_but_keeps_the_to
         session.flush()
         _, cookie = auth.create_browser_session(session, token=secret, ttl_s=60)
         session.commit()
-        assert auth.authenticate_browser_session(session, secret=cookie).id == token.id
+        assert auth.authenticate_browser_session(session.connection(), secret=cookie).id == token.id
     engine.dispose()
     command.downgrade(store_db.alembic_config(database_url), "0004")
     engine = store_db.make_engine(database_url)
@@ -144,6 +144,6 @@ def test_browser_sessions_are_stored_and_a_downgrade_drops_them_but_keeps_the_to
     store_db.upgrade(database_url)
     engine = store_db.make_engine(database_url)
     with Session(engine) as session:
-        assert auth.authenticate_browser_session(session, secret=cookie) is None  # logged out by the downgrade
+        assert auth.authenticate_browser_session(session.connection(), secret=cookie) is None  # logged out by the downgrade
         assert auth.create_browser_session(session, token=secret, ttl_s=60) is not None
     engine.dispose()

@@ -57,7 +57,7 @@ def list_evaluations(
     """Evaluations newest first: a client's own, every one for operators."""
     owner_id = None if caller.is_operator else caller.id
     try:
-        page, next_cursor = jobs.list_jobs(session, owner_id=owner_id, status=status, limit=limit, cursor=cursor,
+        page, next_cursor = jobs.list_jobs(session.connection(), owner_id=owner_id, status=status, limit=limit, cursor=cursor,
                                            kind=JobKind.evaluation)  # fmt: skip
     except jobs.BadCursor as exc:
         raise HTTPException(400, str(exc)) from None

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 
 from service import submission
-from service.api.deps import CallerDep, SessionDep, SettingsDep, read_now, visible_job
+from service.api.deps import CallerDep, SessionDep, SettingsDep, read_now, visible_job, visible_job_row
 from service.api.errors import ErrorBody
 from service.api.schemas import (
     CostPublic,
@@ -43,7 +44,7 @@ REPLAYED = {"description": "`true` when an earlier request with this key made th
         429: {"model": ErrorBody, "description": "The token has as many jobs queued as this server allows."},
     },
 )
-def submit_job(
+async def submit_job(
     spec: JobSpec,
     session: SessionDep,
     caller: CallerDep,
@@ -60,7 +61,10 @@ def submit_job(
     """Queue a training job. A retry with the same `Idempotency-Key` returns the first job (with header
     `Idempotent-Replayed: true`); the same key with a different spec is refused with 409. A client token is held to
     the backends, base models and queue length the operator allows (422, 429); every token to the per-job limits."""
-    job, replayed = submission.submit(session, spec, caller=caller, settings=settings, idempotency_key=idempotency_key)
+    # async, with one thread hop: a sync route's response would wait for a second thread (service/api/deps.py)
+    job, replayed = await run_in_threadpool(
+        submission.submit, session, spec, caller=caller, settings=settings, idempotency_key=idempotency_key
+    )
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return JobPublic.model_validate(job)
@@ -86,7 +90,7 @@ async def list_jobs(
 @router.get("/jobs/{job_id}")
 async def get_job(job_id: str, request: Request, caller: CallerDep) -> JobPublic:
     """One job: status, current step, best step and accuracy, stop reason, error."""
-    return JobPublic.model_validate(read_now(request, visible_job, caller=caller, job_id=job_id))
+    return JobPublic.model_validate(read_now(request, visible_job_row, caller=caller, job_id=job_id))
 
 
 @router.post("/jobs/{job_id}/cancel", responses=ENDED)

@@ -28,6 +28,6 @@ def test_the_printed_token_authenticates_with_its_role(tmp_path):
     engine = store_db.make_engine(url)
     with Session(engine) as session:
         for role, secret in secrets.items():
-            assert authenticate(session, token=secret).role is role
-        assert authenticate(session, token=secrets[Role.client] + "x") is None
+            assert authenticate(session.connection(), token=secret).role is role
+        assert authenticate(session.connection(), token=secrets[Role.client] + "x") is None
     engine.dispose()

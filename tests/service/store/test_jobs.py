@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timezone
 
 import pytest
 from sqlmodel import Session
 
+from service.api.schemas import JobPublic
 from service.spec import JobSpec
 from service.store import jobs, runs
 from service.store.tables import JobStatus, StopReason
@@ -29,7 +31,7 @@ def all_pages(session: Session, *, limit: int, **filters) -> list[list[str]]:
     pages, cursor = [], None
     while True:
         filters = {"owner_id": None, "status": None} | filters
-        page, cursor = jobs.list_jobs(session, limit=limit, cursor=cursor, **filters)
+        page, cursor = jobs.list_jobs(session.connection(), limit=limit, cursor=cursor, **filters)
         pages.append([job.id for job in page])
         if cursor is None:
             return pages
@@ -95,3 +97,22 @@ def test_cancel_ends_a_queued_job_flags_a_running_one_and_refuses_an_ended_one(e
         assert (running.status, running.cancel_requested, running.stop_reason) == (JobStatus.running, True, None)
         with pytest.raises(jobs.JobEnded, match="already ended"):
             jobs.request_cancel(session, job=queued, requested_by="me")
+
+
+def test_a_jobs_core_row_shows_what_its_orm_object_shows(engine):
+    """``GET /v1/jobs/{id}`` reads a Core row, other routes the ORM object: both must give the same public job, enums,
+    time zones and JSON included, on both databases."""
+    with Session(engine, expire_on_commit=False) as session:
+        job = runs.create_job(session, spec=JobSpec(environment="math", seed=3), owner_id="owner")
+        job.started_at = SAME_MOMENT
+        job.step = 7
+        runs.finish_job(session, job=job, status=JobStatus.failed, stop_reason=StopReason.plateau, best_step=4,
+                        best_val_accuracy=0.5, step0_val_accuracy=0.125, error="boom")  # fmt: skip
+        session.commit()
+    with Session(engine) as session:
+        shown = JobPublic.model_validate(runs.get_job(session, job_id=job.id)).model_dump(mode="json")
+    with engine.connect() as connection:
+        row = runs.job_row(connection, job_id=job.id)
+        assert runs.job_row(connection, job_id=str(uuid.uuid4())) is None
+    assert JobPublic.model_validate(row).model_dump(mode="json") == shown
+    assert (row.owner_id, row.kind, shown["status"], shown["started_at"]) == ("owner", "training", "failed", "2020-01-02T03:04:05.678901Z")
