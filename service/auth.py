@@ -95,7 +95,9 @@ def authenticate_browser_session(connection: Connection, *, secret: str) -> Prin
     """The principal behind a session secret, or None when the session is unknown, expired or logged out, or its
     token was revoked."""
     login = connection.execute(_BROWSER_LOGIN, {"secret_hash": hash_token(secret)}).first()
-    if login is None or login.revoked_at is not None or login.expires_at <= utcnow() or login.token_revoked_at is not None:
+    if login is None or login.expires_at <= utcnow():
+        return None
+    if login.revoked_at is not None or login.token_revoked_at is not None:  # logged out, or its token revoked
         return None
     return Principal(id=login.id, role=login.role)
 

@@ -85,7 +85,7 @@ def list_jobs(
 
     ``owner_id=None`` lists every owner's jobs (operators). A malformed cursor raises BadCursor.
     """
-    query = select(*Job.__table__.columns).where(Job.kind == kind)
+    query = select(*runs.SHOWN_COLUMNS).where(Job.kind == kind)
     if owner_id is not None:
         query = query.where(Job.owner_id == owner_id)
     if status is not None:

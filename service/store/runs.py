@@ -70,13 +70,14 @@ def get_job(session: Session, *, job_id: str) -> Job | None:
     return session.get(Job, job_id)
 
 
-_SHOWN = [column for column in Job.__table__.columns if column.name not in ("manifest", "summary")]
-_JOB_ROW = select(*_SHOWN).where(Job.__table__.c.id == bindparam("job_id"))
+# What the API's reads of jobs show: every column but the manifest, JSON to decode that only the job's own page shows.
+SHOWN_COLUMNS = [column for column in Job.__table__.columns if column.name != "manifest"]
+_JOB_ROW = select(*SHOWN_COLUMNS).where(Job.__table__.c.id == bindparam("job_id"))
 
 
 def job_row(connection: Connection, *, job_id: str) -> Row[Any] | None:
-    """A job's columns but its manifest and summary (JSON to decode, which a job's status does not show) as a Core
-    row: a fraction of ``get_job``'s cost (no session, no identity map), for a path as hot as ``GET /v1/jobs/{id}``."""
+    """A job's ``SHOWN_COLUMNS`` as a Core row: a fraction of ``get_job``'s cost (no session, no identity map), for a
+    path as hot as ``GET /v1/jobs/{id}``."""
     return connection.execute(_JOB_ROW, {"job_id": job_id}).first()
 
 

@@ -92,7 +92,9 @@ def jobs_page(request: Request, session: SessionDep, caller: PageCallerDep, curs
         return to_login(request)
     owner_id = None if caller.is_operator else caller.id
     try:
-        page, next_cursor = jobs.list_jobs(session.connection(), owner_id=owner_id, status=None, limit=JOBS_PER_PAGE, cursor=cursor)
+        page, next_cursor = jobs.list_jobs(
+            session.connection(), owner_id=owner_id, status=None, limit=JOBS_PER_PAGE, cursor=cursor
+        )
     except jobs.BadCursor as exc:
         return render(request, "error.html", {"title": "Bad page", "message": str(exc)}, status_code=400)
     series = dashboard_store.series_by_job(session, job_ids=[job.id for job in page])
