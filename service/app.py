@@ -5,10 +5,11 @@
 ``artsvc db upgrade``).
 
 Keyed reads (the caller's token, a job by id, a page of jobs) run on the event loop, on a connection of its
-own (``loop_engine``), whose statements give up after ``LOOP_READ_WAIT_S`` so the loop cannot stall for longer
+own kept open (``loop_reads``), whose statements give up after ``LOOP_READ_WAIT_S`` so the loop cannot stall for longer
 (service/api/deps.py says why). Connections and threads are sized together: the pool holds
-``db_pool_size + db_max_overflow`` connections and sync routes and dependencies run on as many threads (anyio's default limiter, set
-at startup), so a request thread normally finds a connection; ``/healthz`` has a connection of its
+``db_pool_size + db_max_overflow`` connections and sync routes and dependencies run on as many threads (anyio's
+default limiter, set at startup, whose tokens the async routes' store work takes too: service/api/threads.py), so a
+request thread normally finds a connection; ``/healthz`` has a connection of its
 own, so a busy pool never makes the server look dead. Chat completions on trained checkpoints run on one
 inference thread of their own (service/inference.py), never on the request threads. Requests past
 ``max_concurrent_requests`` get 503 at once (service/api/overload.py), live event streams have
@@ -20,12 +21,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import anyio.to_thread
 from fastapi import FastAPI
 from sqlalchemy.engine import Engine
 
 from service import __version__
 from service.api import errors, limits, metrics, overload
+from service.api.loop_reads import LoopReads
+from service.api.threads import request_threads
 from service.api.routes import (
     alerts, checkpoints, curves, environments, evaluations, events, health, inference, jobs, ui,
 )  # fmt: skip
@@ -51,9 +53,11 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.db_pool_size + settings.db_max_overflow
+        app.state.request_threads = request_threads(settings.db_pool_size + settings.db_max_overflow)
         yield
+        app.state.request_threads.shutdown(wait=False)
         app.state.inference.close()
+        app.state.loop_reads.close()
         loop_engine.dispose()
         health_engine.dispose()
 
@@ -66,7 +70,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     app.state.settings = settings
     app.state.engine = engine
     app.state.health_engine = health_engine
-    app.state.loop_engine = loop_engine
+    app.state.loop_reads = LoopReads(loop_engine)
     app.state.inference = InferenceEngine()
     app.state.stream_slots = events.StreamSlots(
         max_streams=settings.max_event_streams, max_per_caller=settings.max_event_streams_per_tenant

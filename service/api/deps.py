@@ -10,8 +10,8 @@ is busy), and a session held across hops kept a connection while it queued for a
 timed out waiting for the pool. So:
 
 - keyed reads (the caller's token, one job by id, one page of jobs) run right on the event loop through
-  ``read_now``, on a connection of the loop's own (``app.state.loop_engine``, one connection: the loop
-  runs one at a time), as Core statements: no session or identity map, which through the ORM cost several
+  ``read_now``, on a connection of the loop's own, kept open (``app.state.loop_reads``, service/api/loop_reads.py:
+  the loop runs one read at a time), as Core statements: no session or identity map, which through the ORM cost several
   times the query itself. They take tens of microseconds on SQLite, whose readers never wait for a writer
   in WAL mode; on PostgreSQL a statement timeout bounds them (service/store/db.py).
 - everything else is a sync route run on one request thread, whose session (``SessionDep``) is opened
@@ -19,9 +19,10 @@ timed out waiting for the pool. So:
   connection while it waits for a thread, and the response is sent without one.
 
 FastAPI validates a sync route's response model on a second request thread. Where that second hop hurts, a
-route is ``async`` and runs its store work in one ``run_in_threadpool``: ``POST /v1/jobs``, whose SQLite
-writers take turns (``one_writer``), so under load the threads are all held by writers in the queue. A
-submission that had committed waited about 250 ms for a thread to validate its response.
+route is ``async`` and runs its store work in one ``in_request_thread`` (service/api/threads.py, which also costs the
+loop fewer passes than ``run_in_threadpool``): ``POST /v1/jobs`` and ``POST /v1/evaluations``, whose SQLite writers
+take turns (``one_writer``), so under load the threads are all held by writers in the queue. A submission that had
+committed waited about 250 ms for a thread to validate its response.
 """
 
 from __future__ import annotations
@@ -66,8 +67,7 @@ async def get_session(engine: EngineDep) -> AsyncIterator[Session]:
 
 def read_now(request: Request, fn: Callable[..., T], /, **kwargs: Any) -> T:
     """``fn(connection, **kwargs)`` on the event loop, for a keyed read (see the module docstring); never a write."""
-    with request.app.state.loop_engine.connect() as connection:
-        return fn(connection, **kwargs)
+    return request.app.state.loop_reads.run(fn, **kwargs)
 
 
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]  # closed when the route returns, not sent

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, HTTPException, Query, Request
 from sqlmodel import Session
 
 from service import submission
@@ -17,8 +17,10 @@ from service.api.schemas import (
     ExampleResultList,
     ExampleResultPublic,
 )
+from service.api.threads import in_request_thread
 from service.auth import Principal
 from service.evaluation.compare import Measured, compare
+from service.settings import Settings
 from service.spec import CheckpointModel, EvaluationSpec
 from service.store import jobs, runs
 from service.store.tables import Job, JobKind, JobStatus
@@ -36,10 +38,18 @@ MAX_STEP = 2**31 - 1
         429: {"model": ErrorBody, "description": "The token has as many jobs queued as this server allows."},
     },
 )
-def submit_evaluation(spec: EvaluationSpec, session: SessionDep, caller: CallerDep, settings: SettingsDep) -> EvaluationPublic:
+async def submit_evaluation(
+    spec: EvaluationSpec, request: Request, session: SessionDep, caller: CallerDep, settings: SettingsDep
+) -> EvaluationPublic:
     """Queue an evaluation: a job's checkpoint (its best step unless `step` is given) or a litellm model the
     operator allows, on a split, with `n` samples per example (best-of-N selection above 1). A client token may have
     as many jobs and evaluations queued as the operator allows (429 beyond)."""
+    # async, with one thread hop, as POST /v1/jobs (service/api/deps.py)
+    threads = request.app.state.request_threads
+    return await in_request_thread(threads, _queue_evaluation, session, spec, caller=caller, settings=settings)
+
+
+def _queue_evaluation(session: Session, spec: EvaluationSpec, *, caller: Principal, settings: Settings) -> EvaluationPublic:
     if isinstance(spec.model, CheckpointModel):
         visible_job(session, caller=caller, job_id=spec.model.job_id)  # 404 for another tenant's job, as for none
     job = submission.submit_evaluation(session, spec, caller=caller, settings=settings)

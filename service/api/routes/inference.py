@@ -14,7 +14,6 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
-from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from sqlalchemy.engine import Engine
@@ -23,6 +22,7 @@ from starlette.exceptions import HTTPException
 
 from service import checkpoints
 from service.api.deps import CallerDep, EngineDep, SettingsDep, visible_job
+from service.api.threads import in_request_thread
 from service.api.errors import ErrorBody
 from service.api.routes.jobs import MAX_STEP
 from service.api.schemas import ChatCompletionCreate, OpenAIErrorBody
@@ -81,8 +81,8 @@ async def chat_completions(
                                "invalid_request")  # fmt: skip
     if (body.model_extra or {}).get("stream"):
         raise ServingError(400, "invalid request: stream: streaming is not supported", "invalid_request")
-    job_id, checkpoint = await run_in_threadpool(
-        find_checkpoint, store, caller=caller, settings=settings, model=body.model
+    job_id, checkpoint = await in_request_thread(
+        request.app.state.request_threads, find_checkpoint, store, caller=caller, settings=settings, model=body.model
     )
     inference: InferenceEngine = request.app.state.inference
     served = f"{job_id}@{checkpoint.step}"

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request, Response
-from fastapi.concurrency import run_in_threadpool
 
 from service import submission
 from service.api.deps import CallerDep, SessionDep, SettingsDep, read_now, visible_job, visible_job_row
@@ -21,6 +20,7 @@ from service.api.schemas import (
     TrajectoryPublic,
     ValidationPublic,
 )
+from service.api.threads import in_request_thread
 from service.spec import JobSpec
 from service.store import jobs, running, runs
 from service.store.tables import JobStatus
@@ -46,6 +46,7 @@ REPLAYED = {"description": "`true` when an earlier request with this key made th
 )
 async def submit_job(
     spec: JobSpec,
+    request: Request,
     session: SessionDep,
     caller: CallerDep,
     settings: SettingsDep,
@@ -62,9 +63,10 @@ async def submit_job(
     `Idempotent-Replayed: true`); the same key with a different spec is refused with 409. A client token is held to
     the backends, base models and queue length the operator allows (422, 429); every token to the per-job limits."""
     # async, with one thread hop: a sync route's response would wait for a second thread (service/api/deps.py)
-    job, replayed = await run_in_threadpool(
-        submission.submit, session, spec, caller=caller, settings=settings, idempotency_key=idempotency_key
-    )
+    job, replayed = await in_request_thread(
+        request.app.state.request_threads, submission.submit, session, spec,
+        caller=caller, settings=settings, idempotency_key=idempotency_key,
+    )  # fmt: skip
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return JobPublic.model_validate(job)

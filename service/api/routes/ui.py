@@ -22,11 +22,11 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
 from fastapi.templating import Jinja2Templates
 from sqlmodel import Session
-from starlette.concurrency import run_in_threadpool
 
 from service.api import dashboard
 from service.api.browser_auth import SESSION_COOKIE, clear_session_cookie, same_origin, set_session_cookie
 from service.api.deps import SessionDep, SettingsDep, bearer, get_caller, visible_job
+from service.api.threads import in_request_thread
 from service.auth import Principal, create_browser_session, revoke_browser_session
 from service.store import alerts_query, jobs, runs
 from service.store import dashboard as dashboard_store
@@ -152,7 +152,8 @@ async def login(request: Request, session: SessionDep, settings: SettingsDep) ->
     token = (form.get("token") or [""])[0].strip()
     next_path = _safe_next((form.get("next") or ["/ui"])[0])
     ttl_s = settings.session_ttl_s
-    secret = await run_in_threadpool(_open_session, session, token=token, ttl_s=ttl_s) if token else None
+    threads = request.app.state.request_threads
+    secret = await in_request_thread(threads, _open_session, session, token=token, ttl_s=ttl_s) if token else None
     if secret is None:
         context = {"next": next_path, "error": "unknown or revoked token" if token else "enter a token"}
         return render(request, "login.html", context, status_code=401)

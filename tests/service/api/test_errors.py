@@ -8,6 +8,7 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
+from service.api.loop_reads import LoopReads
 from service.app import create_app
 from service.store import db as store_db
 from service.store.tables import Role
@@ -185,8 +186,9 @@ def test_unknown_paths_and_methods_answer_json(client, auth):
 @sqlite_only
 def test_an_unreachable_store_is_503(app, auth):
     headers = auth()
-    for name in ("engine", "loop_engine"):  # the loop's own connection reads the token, the pool the rest
-        setattr(app.state, name, store_db.make_engine("postgresql+psycopg://postgres@127.0.0.1:1/gone"))  # nothing listens
+    gone = "postgresql+psycopg://postgres@127.0.0.1:1/gone"  # nothing listens
+    app.state.engine = store_db.make_engine(gone)
+    app.state.loop_reads = LoopReads(store_db.make_engine(gone))  # the loop's own connection reads the token
     with TestClient(app) as client:
         response = client.get("/v1/jobs", headers=headers)
     assert response.status_code == 503 and response.headers["Retry-After"] == "5"
