@@ -10,7 +10,9 @@ the app's executor (``app.state.request_threads``): one pass, for the result.
 The threads stay sized to the database pool: the app's executor has as many threads as anyio's default limiter has
 tokens, and each call holds one of those tokens, shared with the sync routes and dependencies FastAPI runs on anyio's
 threads, so no more threads than connections wait for the pool. A caller cancelled while its call runs gives its token
-back at once and its thread finishes the call, as with anyio's ``abandon_on_cancel``.
+back at once and its thread finishes the call, as with anyio's ``abandon_on_cancel``. The live event streams' polls
+stay on ``run_in_threadpool``: twice a second, a pass more costs them nothing, and a stream can outlive the app's
+executor at shutdown.
 """
 
 from __future__ import annotations
