@@ -10,10 +10,10 @@ is busy), and a session held across hops kept a connection while it queued for a
 timed out waiting for the pool. So:
 
 - keyed reads (the caller's token, one job by id, one page of jobs) run right on the event loop through
-  ``read_now``, on a connection of the loop's own, kept open (``app.state.loop_reads``, service/api/loop_reads.py:
-  the loop runs one read at a time), as Core statements: no session or identity map, which through the ORM cost several
-  times the query itself. They take tens of microseconds on SQLite, whose readers never wait for a writer
-  in WAL mode; on PostgreSQL a statement timeout bounds them (service/store/db.py).
+  ``read_now``, on a connection of the loop's own, kept open (``app.state.loop_reads``,
+  service/api/loop_reads.py: the loop runs one read at a time), as Core statements: no session or identity map,
+  which through the ORM cost several times the query itself. They take tens of microseconds on SQLite, whose
+  readers never wait for a writer in WAL mode; on PostgreSQL a statement timeout bounds them (service/store/db.py).
 - everything else is a sync route run on one request thread, whose session (``SessionDep``) is opened
   without a connection and closed on the loop as soon as the route returns, so no request holds a
   connection while it waits for a thread, and the response is sent without one.

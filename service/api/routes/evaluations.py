@@ -49,7 +49,9 @@ async def submit_evaluation(
     return await in_request_thread(threads, _queue_evaluation, session, spec, caller=caller, settings=settings)
 
 
-def _queue_evaluation(session: Session, spec: EvaluationSpec, *, caller: Principal, settings: Settings) -> EvaluationPublic:
+def _queue_evaluation(
+    session: Session, spec: EvaluationSpec, *, caller: Principal, settings: Settings
+) -> EvaluationPublic:
     if isinstance(spec.model, CheckpointModel):
         visible_job(session, caller=caller, job_id=spec.model.job_id)  # 404 for another tenant's job, as for none
     job = submission.submit_evaluation(session, spec, caller=caller, settings=settings)

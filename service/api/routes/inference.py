@@ -22,10 +22,10 @@ from starlette.exceptions import HTTPException
 
 from service import checkpoints
 from service.api.deps import CallerDep, EngineDep, SettingsDep, visible_job
-from service.api.threads import in_request_thread
 from service.api.errors import ErrorBody
 from service.api.routes.jobs import MAX_STEP
 from service.api.schemas import ChatCompletionCreate, OpenAIErrorBody
+from service.api.threads import in_request_thread
 from service.auth import Principal
 from service.backends.openai_server import ServingError, error_response, validation_message
 from service.inference import InferenceEngine

@@ -15,7 +15,8 @@ def test_a_read_that_finds_its_connection_dropped_runs_again_on_a_fresh_one(clie
     headers = auth()
     assert client.get("/v1/jobs", headers=headers).status_code == 200
     with engine.connect() as admin:  # this test's own database: only this app's connections end
-        query = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        query = ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                 " WHERE datname = current_database() AND pid <> pg_backend_pid()")
         assert admin.execute(text(query)).all()
     assert [client.get("/v1/jobs", headers=headers).status_code for _ in range(3)] == [200, 200, 200]
     assert app.state.loop_reads.engine.pool.checkedout() == 1
