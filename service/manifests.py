@@ -14,7 +14,7 @@ import hashlib
 import json
 import subprocess
 from collections.abc import Callable
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -54,11 +54,22 @@ def prompt_hash(env: Environment, rows: list[dict[str, Any]]) -> str | None:
     return sha256_of({"openings": openings, "tools": list(env.tools)})
 
 
+@lru_cache(maxsize=256)
+def _prompt_hash_of(cls: type, args_json: str, split: str, max_examples: int, fingerprint: str | None) -> str | None:
+    """``prompt_hash`` of the first ``max_examples`` of ``split`` of ``cls(**args)``, once per process for each
+    configuration: building a hundred prompts costs about a millisecond of the GIL, which every submission of the same
+    job repeated while the API's event loop waited. Its data is in the key by fingerprint, so changed data misses."""
+    env = cls(**json.loads(args_json))
+    return prompt_hash(env, list(env.scenarios(split))[:max_examples])
+
+
 def measurement(
-    env: Environment, *, split: str, max_examples: int, temperature: float, samples: int, metric: str
-) -> dict[str, Any]:
-    """The locked section: how a number was measured, field by field."""
-    rows = list(env.scenarios(split))[:max_examples]
+    env: Environment, *, environment_args: dict[str, Any], split: str, max_examples: int, temperature: float,
+    samples: int, metric: str,
+) -> dict[str, Any]:  # fmt: skip
+    """The locked section: how a number was measured, field by field; ``env`` is the environment built with
+    ``environment_args``."""
+    args_json, fingerprint = json.dumps(environment_args, sort_keys=True), env.fingerprints().get(split)
     return {
         "environment": env.name,
         "environment_version": env.version,
@@ -66,8 +77,8 @@ def measurement(
         "scorer_version": env.scorer_version,
         "split": split,
         "split_fingerprint": None,  # filled by build(), which reads the fingerprints once
-        "examples": len(rows),
-        "prompt_hash": prompt_hash(env, rows),
+        "examples": min(len(env.scenarios(split)), max_examples),
+        "prompt_hash": _prompt_hash_of(type(env), args_json, split, max_examples, fingerprint),
         "temperature": temperature,
         "samples_per_example": samples,
         "metric": metric,
@@ -174,7 +185,7 @@ def training_manifest(spec: JobSpec, env: Environment) -> dict[str, Any]:
     """A training job's manifest: its validation is the measurement (RULER's reward in ruler mode)."""
     v, t = spec.validation, spec.training
     metric = "ruler_reward" if spec.reward.mode == "ruler" else "accuracy"
-    locked = measurement(env, split="val", max_examples=v.max_examples, temperature=v.temperature, samples=1, metric=metric)
+    locked = measurement(env, environment_args=spec.environment_args, split="val", max_examples=v.max_examples, temperature=v.temperature, samples=1, metric=metric)
     model = {"kind": "training", "name": spec.model.name, "backend": spec.model.backend, "base_model": base_model_for(spec, env)}
     sampling = {"train_temperature": t.temperature, "group_size": t.group_size, "groups_per_step": t.groups_per_step,
                 "learning_rate": t.learning_rate, "kl_penalty_coef": t.kl_penalty_coef,

@@ -64,7 +64,8 @@ def resolve(session: Session, spec: EvaluationSpec, settings: Settings) -> Resol
 
 
 def manifest_for(spec: EvaluationSpec, resolved: Resolved) -> dict[str, Any]:
-    locked = manifests.measurement(resolved.env, split=spec.split, max_examples=spec.max_examples,
-                                   temperature=resolved.temperature, samples=spec.n, metric="accuracy")  # fmt: skip
+    locked = manifests.measurement(resolved.env, environment_args=resolved.environment_args, split=spec.split,
+                                   max_examples=spec.max_examples, temperature=resolved.temperature, samples=spec.n,
+                                   metric="accuracy")  # fmt: skip
     return manifests.build(kind="evaluation", env=resolved.env, environment_args=resolved.environment_args,
                            locked=locked, model=resolved.model_section, seed=resolved.seed)  # fmt: skip

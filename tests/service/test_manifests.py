@@ -1,0 +1,79 @@
+"""A manifest's prompt hash is built once per configuration in a process (every submission asks for it), and still
+tells apart the arguments and the data it was measured on."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from environments import BaseEnvironment, load
+from environments.math import MathEnvironment
+from service import manifests
+from service.spec import JobSpec
+
+
+class Counted(BaseEnvironment):
+    """Openings counted, scenarios from a list the test may change (its fingerprint follows them)."""
+
+    name = "counted"
+    scorer_name = "none"
+    rows: list[dict[str, str]] = [{"id": "a", "q": "one"}, {"id": "b", "q": "two"}]
+    openings = 0
+
+    def __init__(self, style: str = "plain") -> None:
+        self.style = style
+
+    def scenarios(self, split):
+        return list(type(self).rows)
+
+    def fingerprints(self):
+        digest = hashlib.sha256(repr(type(self).rows).encode()).hexdigest()
+        return {split: f"sha256:{digest}" for split in ("train", "val", "test")}
+
+    def opening(self, scenario):
+        type(self).openings += 1
+        return [{"role": "user", "content": f"{self.style}: {scenario['q']}"}]
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache(monkeypatch):
+    manifests._prompt_hash_of.cache_clear()
+    monkeypatch.setattr(Counted, "openings", 0)
+    monkeypatch.setattr(Counted, "rows", list(Counted.rows))
+
+
+def locked(env: BaseEnvironment, args: dict) -> dict:
+    return manifests.measurement(env, environment_args=args, split="val", max_examples=10, temperature=1.0, samples=1,
+                                 metric="accuracy")  # fmt: skip
+
+
+def test_the_openings_are_built_once_per_configuration():
+    first = locked(Counted(), {})
+    assert Counted.openings == 2
+    assert locked(Counted(), {}) == first and Counted.openings == 2  # the second submission reuses the hash
+    assert first["prompt_hash"] == manifests.prompt_hash(Counted(), Counted.rows)
+    assert first["examples"] == 2
+
+
+def test_other_arguments_give_their_own_prompt_hash():
+    plain, terse = locked(Counted(), {}), locked(Counted(style="terse"), {"style": "terse"})
+    assert plain["prompt_hash"] != terse["prompt_hash"]
+    assert terse["prompt_hash"] == manifests.prompt_hash(Counted(style="terse"), Counted.rows)
+
+
+def test_changed_data_is_hashed_again():
+    before = locked(Counted(), {})
+    Counted.rows.append({"id": "c", "q": "three"})
+    after = locked(Counted(), {})
+    assert after["prompt_hash"] != before["prompt_hash"] and after["examples"] == 3
+    assert after["prompt_hash"] == manifests.prompt_hash(Counted(), Counted.rows)
+
+
+def test_a_math_level_hashes_its_own_prompts():
+    for level in ("carries", "subtraction"):
+        spec = JobSpec(environment="math", environment_args={"level": level})
+        manifest = manifests.training_manifest(spec, load("math", spec.environment_args))
+        env = MathEnvironment(level=level)
+        expected = manifests.prompt_hash(env, list(env.scenarios("val"))[: spec.validation.max_examples])
+        assert manifest["locked"]["prompt_hash"] == expected
