@@ -11,6 +11,7 @@ from environments.base import (
     arguments_of,
     available,
     load,
+    new_trajectory,
 )
 
 __all__ = [
@@ -23,4 +24,5 @@ __all__ = [
     "arguments_of",
     "available",
     "load",
+    "new_trajectory",
 ]

@@ -86,6 +86,14 @@ PROTOCOL_MEMBERS = tuple(Environment.__annotations__) + tuple(
 )
 
 
+def new_trajectory(**fields: Any) -> art.Trajectory:
+    """``art.Trajectory(**fields)``, importing ART at the first: a process that only checks submissions against the
+    environments (the API, a refused ``artsvc train``) never pays the seconds that ART, litellm and torch take."""
+    import art
+
+    return art.Trajectory(**fields)
+
+
 @cache
 def read_jsonl(path: Traversable) -> tuple[dict[str, Any], ...]:
     """Rows of a committed JSONL split file, parsed once per process."""

@@ -9,12 +9,13 @@ every sampled token.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
-
-import art
-from openai.types.chat.chat_completion import Choice
+from typing import TYPE_CHECKING, Any
 
 from environments.base import Sampling
+
+if TYPE_CHECKING:  # annotations only: ART and openai take seconds to import, and only a rollout needs them
+    import art
+    from openai.types.chat.chat_completion import Choice
 
 
 async def complete(

@@ -8,11 +8,9 @@ shaped reward while validation counts :func:`~environments.email.verifier.verify
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import art
-
-from environments.base import BaseEnvironment, Sampling, file_fingerprint
+from environments.base import BaseEnvironment, Sampling, file_fingerprint, new_trajectory
 from environments.chat import complete
 from environments.email.agents import demonstrator, play
 from environments.email.episode import Episode, check_max_turns
@@ -20,6 +18,9 @@ from environments.email.facts import MESSAGES_FILE, SCENARIO_DIR
 from environments.email.tools import tool_specs
 from environments.email.verifier import SCORER_NAME, SCORER_VERSION
 from environments.prompts import system
+
+if TYPE_CHECKING:  # annotations only: ART is imported at the first trajectory (environments.base.new_trajectory)
+    import art
 
 MAX_TOKENS = 96  # per turn: room for the longest tool call the demonstrations make
 
@@ -65,7 +66,7 @@ class EmailEnvironment(BaseEnvironment):
 
     async def rollout(self, model: art.Model, scenario: dict[str, Any], sampling: Sampling) -> art.Trajectory:
         episode = Episode(scenario, self.max_turns)
-        trajectory = art.Trajectory(messages_and_choices=self.opening(scenario), tools=list(self.tools), reward=0.0)
+        trajectory = new_trajectory(messages_and_choices=self.opening(scenario), tools=list(self.tools), reward=0.0)
         while not episode.done:
             choice = await complete(model, trajectory.messages(), sampling, max_tokens=MAX_TOKENS, tools=self.tools)
             trajectory.messages_and_choices.append(choice)
@@ -97,7 +98,7 @@ class EmailEnvironment(BaseEnvironment):
             seed = rng.randrange(2**32)
             played = play(scenario, demonstrator, max_turns=self.max_turns, seed=seed, opening=self.opening(scenario))
             demos.append(
-                art.Trajectory(
+                new_trajectory(
                     messages_and_choices=played.messages,
                     tools=list(self.tools),
                     reward=played.result.reward,

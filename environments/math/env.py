@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import art
-
-from environments.base import BaseEnvironment, Sampling
+from environments.base import BaseEnvironment, Sampling, new_trajectory
 from environments.math.demonstrations import demonstrations
 from environments.math.scenarios import DEFAULT_LEVEL, SCENARIO_DIR, level_named
 from environments.math.scorer import SCORER_NAME, SCORER_VERSION, score
 from environments.prompts import few_shot, system
+
+if TYPE_CHECKING:  # annotations only: ART is imported at the first trajectory (environments.base.new_trajectory)
+    import art
 
 MAX_TOKENS = 24  # room for the longest sloppy reply, so slips are scored, not cut off
 
@@ -79,7 +80,7 @@ class MathEnvironment(BaseEnvironment):
         completion = choice.message.content or ""
         result = score(scenario, completion)
         outcome = result["details"]["outcome"]
-        return art.Trajectory(
+        return new_trajectory(
             messages_and_choices=[*messages, choice],
             reward=result["reward"],
             metrics={"correct": outcome == "correct", "completion_length": len(completion)},
@@ -92,6 +93,6 @@ class MathEnvironment(BaseEnvironment):
 
     def demonstrations(self, *, seed: int, count: int) -> list[art.Trajectory]:
         return [
-            art.Trajectory(messages_and_choices=[*self.opening(row), {"role": "assistant", "content": reply}])
+            new_trajectory(messages_and_choices=[*self.opening(row), {"role": "assistant", "content": reply}])
             for row, reply in demonstrations(list(self.scenarios("train")), seed=seed, count=count)
         ]

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import art
-
-from environments.base import BaseEnvironment, Sampling
+from environments.base import BaseEnvironment, Sampling, new_trajectory
 from environments.chat import complete
 from environments.prompts import few_shot, system
 from environments.twenty48 import scoring
@@ -16,6 +14,9 @@ from environments.twenty48.engine import Board, board_sum, is_game_over, max_til
 from environments.twenty48.player import play
 from environments.twenty48.render import cell, format_move, parse_move, render
 from environments.twenty48.scenarios import SCENARIO_DIR
+
+if TYPE_CHECKING:  # annotations only: ART is imported at the first trajectory (environments.base.new_trajectory)
+    import art
 
 MAX_TOKENS = 24  # "<move>right</move>" is 18 characters; a little room so near misses are seen, not cut
 TARGET_TILES = tuple(2**k for k in range(3, 12))  # 8 .. 2048
@@ -81,7 +82,7 @@ class Twenty48Environment(BaseEnvironment):
 
     async def rollout(self, model: art.Model, scenario: dict[str, Any], sampling: Sampling) -> art.Trajectory:
         game = new_game(int(scenario["seed"]))
-        trajectory = art.Trajectory(messages_and_choices=self.preamble())
+        trajectory = new_trajectory(messages_and_choices=self.preamble())
         outcome = None
         turns = wasted = 0
         while outcome is None:
@@ -140,7 +141,7 @@ class Twenty48Environment(BaseEnvironment):
             player_rng = random.Random(rng.getrandbits(64))
             turns = play(game, player_rng, target_tile=self.target_tile, max_turns=self.max_turns)
             played = [m for turn in turns for m in _demonstrated_turn(*turn)]
-            demos.append(art.Trajectory(messages_and_choices=[*self.preamble(), *played]))
+            demos.append(new_trajectory(messages_and_choices=[*self.preamble(), *played]))
         return demos
 
 

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx
 import pytest
@@ -60,6 +61,8 @@ def test_it_serves_the_api_where_it_says_without_workers_and_stops_gracefully(ac
         headers = {"Authorization": f"Bearer {token}"}
         job = httpx.post(f"{url}/v1/jobs", json={"environment": "math"}, headers=headers, timeout=30)
         assert job.status_code == 201
+        # checking a submission builds its environment, which needs neither ART nor torch: the API loads neither
+        assert "libtorch" not in Path(f"/proc/{server.pid}/maps").read_text()
         listed = httpx.get(f"{url}/v1/jobs", headers=headers, timeout=30).json()["data"]
         assert [j["id"] for j in listed] == [job.json()["id"]]
         assert httpx.get(f"{url}/v1/jobs", timeout=30).status_code == 401

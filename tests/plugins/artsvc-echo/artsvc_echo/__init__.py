@@ -7,12 +7,14 @@ import json
 import random
 import string
 from functools import cache
+from typing import TYPE_CHECKING
 
-import art
-
-from environments import BaseEnvironment, Sampling
+from environments import BaseEnvironment, Sampling, new_trajectory
 from environments.chat import complete
 from environments.prompts import few_shot, system
+
+if TYPE_CHECKING:  # annotations only: ART is imported at the first trajectory
+    import art
 
 SPLIT_SIZES = {"train": 2000, "val": 40, "test": 40}
 SCORER_VERSION = "1.0.0"
@@ -71,7 +73,7 @@ class EchoEnvironment(BaseEnvironment):
         messages = self.opening(scenario)
         choice = await complete(model, messages, sampling, max_tokens=8)
         reward, outcome = score(scenario, choice.message.content)
-        return art.Trajectory(
+        return new_trajectory(
             messages_and_choices=[*messages, choice],
             reward=reward,
             metrics={"correct": outcome == "correct"},
@@ -85,6 +87,6 @@ class EchoEnvironment(BaseEnvironment):
         rng = random.Random(seed)
         rows = [rng.choice(self.scenarios("train")) for _ in range(count)]
         return [
-            art.Trajectory(messages_and_choices=[*self.opening(row), {"role": "assistant", "content": row["word"]}])
+            new_trajectory(messages_and_choices=[*self.opening(row), {"role": "assistant", "content": row["word"]}])
             for row in rows
         ]
