@@ -4,6 +4,7 @@ tells apart the arguments and the data it was measured on."""
 from __future__ import annotations
 
 import hashlib
+from typing import ClassVar
 
 import pytest
 
@@ -18,7 +19,7 @@ class Counted(BaseEnvironment):
 
     name = "counted"
     scorer_name = "none"
-    rows: list[dict[str, str]] = [{"id": "a", "q": "one"}, {"id": "b", "q": "two"}]
+    rows: ClassVar[list[dict[str, str]]] = [{"id": "a", "q": "one"}, {"id": "b", "q": "two"}]
     openings = 0
 
     def __init__(self, style: str = "plain") -> None:
