@@ -7,7 +7,9 @@ these machines are noisy (the same closed loop varies by 1.5x run to run), so ea
 50 connections back to back, every ``--post-every``-th request a ``POST /v1/jobs``. Reported: the median over
 rounds of throughput and of each endpoint's p50 and p99, and HEAD / BASE.
 
-    python bench/api_ab.py BASE [HEAD] [--rounds 3] [--seconds 15] [--post-every 10]
+    python bench/api_ab.py BASE [HEAD] [--rounds 3] [--seconds 15] [--post-every 10] [--database-url URL]
+
+``--database-url`` takes a PostgreSQL server URL: each load then gets a fresh database on that server, dropped after.
 
 Writes ``bench/results/api_ab.json`` (or ``--out``).
 """
@@ -32,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from api_load import QUEUED_SPEC, Server, cli  # noqa: E402
 from env_rl import machine  # noqa: E402
+from store_per_step import postgres_database  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -57,22 +60,31 @@ def closed_loop(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="artsvc-ab-store-") as store, contextlib.chdir(tree):
         env = {**os.environ, "ARTSVC_DATA_DIR": store, "PYTHONPATH": str(tree)}
         env.pop("ARTSVC_DATABASE_URL", None)
-        cli(env, "db", "upgrade")
-        tokens = [cli(env, "token", "create", "--role", "operator", "--name", f"ab-{i}") for i in range(5)]
-        with Server(env, "--no-worker") as server:
-            headers = {"Authorization": f"Bearer {tokens[0]}"}
-            job = httpx.post(f"{server.base}/v1/jobs", json=QUEUED_SPEC, headers=headers, timeout=60).raise_for_status()
-            command = [
-                sys.executable, str(ROOT / "bench" / "http_load.py"), "--base", server.base, "--tokens", ",".join(tokens),
-                "--get-path", f"/v1/jobs/{job.json()['id']}", "--post-body", json.dumps(QUEUED_SPEC),
-                "--post-every", str(args.post_every), "--connections", "50", "--seconds", str(args.seconds),
-            ]  # fmt: skip
-            load = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+        with contextlib.ExitStack() as stack:
+            if args.database_url:
+                env["ARTSVC_DATABASE_URL"], drop = postgres_database(args.database_url)
+                stack.callback(drop)
+            load = _load(env, args)
     return {
         "requests_per_s": load["requests_per_s"],
         "errors": load["errors"],
         **{f"{name.split()[0]} {q}": stats[q] for name, stats in load["endpoints"].items() for q in ("p50_ms", "p99_ms")},
     }
+
+
+def _load(env: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
+    """Migrate the store in ``env``, queue one job, and load a server over it: http_load.py's report."""
+    cli(env, "db", "upgrade")
+    tokens = [cli(env, "token", "create", "--role", "operator", "--name", f"ab-{i}") for i in range(5)]
+    with Server(env, "--no-worker") as server:
+        headers = {"Authorization": f"Bearer {tokens[0]}"}
+        job = httpx.post(f"{server.base}/v1/jobs", json=QUEUED_SPEC, headers=headers, timeout=60).raise_for_status()
+        command = [
+            sys.executable, str(ROOT / "bench" / "http_load.py"), "--base", server.base, "--tokens", ",".join(tokens),
+            "--get-path", f"/v1/jobs/{job.json()['id']}", "--post-body", json.dumps(QUEUED_SPEC),
+            "--post-every", str(args.post_every), "--connections", "50", "--seconds", str(args.seconds),
+        ]  # fmt: skip
+        return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
 
 
 def main() -> None:
@@ -82,6 +94,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=15)
     parser.add_argument("--post-every", type=int, default=10, help="every n-th request is a POST (0: GETs only)")
+    parser.add_argument("--database-url", default=None, help="a PostgreSQL server URL; default: a SQLite file")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "api_ab.json")
     args = parser.parse_args()
     runs: dict[str, list[dict[str, Any]]] = {"base": [], "head": []}
@@ -93,6 +106,7 @@ def main() -> None:
     medians = {name: {key: statistics.median(run[key] for run in rows) for key in rows[0]} for name, rows in runs.items()}
     ratio = {key: round(medians["head"][key] / medians["base"][key], 2) for key in medians["base"] if medians["base"][key]}
     result = {"base": revision(args.base), "head": revision(args.head), "post_every": args.post_every, "seconds": args.seconds,
+              "store": "postgresql" if args.database_url else "sqlite",
               "runs": runs, "medians": medians, "head_over_base": ratio, "machine": machine()}  # fmt: skip
     args.out.parent.mkdir(exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -29,3 +29,14 @@ def test_every_keyed_read_of_a_server_shares_one_connection(client, auth, app):
         assert client.get(f"/v1/jobs/{job_id}", headers=headers).status_code == 200
     pool = app.state.loop_reads.engine.pool
     assert pool.checkedout() == 1  # kept between requests, never given back and taken again
+
+
+def test_a_postgresql_read_is_in_autocommit_and_a_sqlite_one_is_not(client, auth, app, engine):
+    """PostgreSQL: no BEGIN and ROLLBACK around each read (one round trip, not three). SQLite's driver begins no
+    transaction for a read, and autocommit would only add SQLAlchemy's bookkeeping."""
+    assert client.get("/v1/jobs", headers=auth()).status_code == 200
+    driver = app.state.loop_reads.run(lambda connection: connection.connection.driver_connection)
+    if engine.dialect.name == "postgresql":
+        assert driver.autocommit is True
+    else:
+        assert driver.isolation_level is not None  # pysqlite's default: transactions begin at a write only
