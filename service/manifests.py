@@ -76,7 +76,7 @@ def measurement(
         "scorer": env.scorer_name,
         "scorer_version": env.scorer_version,
         "split": split,
-        "split_fingerprint": None,  # filled by build(), which reads the fingerprints once
+        "split_fingerprint": None,  # filled by build(), with every split's fingerprint
         "examples": min(len(env.scenarios(split)), max_examples),
         "prompt_hash": _prompt_hash_of(type(env), args_json, split, max_examples, fingerprint),
         "temperature": temperature,
@@ -185,7 +185,8 @@ def training_manifest(spec: JobSpec, env: Environment) -> dict[str, Any]:
     """A training job's manifest: its validation is the measurement (RULER's reward in ruler mode)."""
     v, t = spec.validation, spec.training
     metric = "ruler_reward" if spec.reward.mode == "ruler" else "accuracy"
-    locked = measurement(env, environment_args=spec.environment_args, split="val", max_examples=v.max_examples, temperature=v.temperature, samples=1, metric=metric)
+    locked = measurement(env, environment_args=spec.environment_args, split="val", max_examples=v.max_examples,
+                         temperature=v.temperature, samples=1, metric=metric)  # fmt: skip
     model = {"kind": "training", "name": spec.model.name, "backend": spec.model.backend, "base_model": base_model_for(spec, env)}
     sampling = {"train_temperature": t.temperature, "group_size": t.group_size, "groups_per_step": t.groups_per_step,
                 "learning_rate": t.learning_rate, "kl_penalty_coef": t.kl_penalty_coef,
