@@ -46,6 +46,14 @@ class Settings(BaseSettings):
     token: str | None = Field(None, description="Bearer token `artsvc submit` and `artsvc watch` send.")
     max_body_bytes: int = Field(64 * 1024, gt=0, description="Largest request body the API accepts (413 beyond).")
 
+    api_processes: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Processes `artsvc serve` answers requests with, on one socket (above 1 it supervises them as "
+        "children, starting again one that dies). The connection pool and the request and stream caps below are each "
+        "process's, and so is a checkpoint loaded for chat completions.",
+    )
     workers: int = Field(
         1, ge=0, le=64, description="Worker processes `artsvc serve` starts, and starts again when one dies (0: none)."
     )
@@ -142,19 +150,19 @@ class Settings(BaseSettings):
     grader_processes: int = Field(4, ge=1, le=64, description="Python-grader processes one worker runs at once.")
 
     # Connections and overload: the pool, the request threads and the streams are sized together.
-    db_pool_size: int = Field(10, ge=1, le=1_000, description="Database connections the API keeps open.")
+    db_pool_size: int = Field(10, ge=1, le=1_000, description="Database connections one API process keeps open.")
     db_max_overflow: int = Field(10, ge=0, le=1_000, description="Connections the API may open beyond db_pool_size.")
     db_pool_timeout_s: float = Field(
         2.0, gt=0, le=60, description="Longest wait for a free connection before the request is answered 503."
     )
     max_concurrent_requests: int = Field(
-        64, ge=1, le=10_000, description="Requests the API works on at once; beyond, 503 with Retry-After at once."
+        64, ge=1, le=10_000, description="Requests one API process works on at once; beyond, 503 with Retry-After at once."
     )
     max_concurrent_requests_per_caller: int = Field(
         16,
         ge=1,
         le=10_000,
-        description="Requests one credential may have in progress at once (429 beyond), so one "
+        description="Requests one credential may have in progress in one API process at once (429 beyond), so one "
         "tenant's flood leaves the rest of max_concurrent_requests to the others.",
     )
     inference_max_tokens: int = Field(
@@ -165,10 +173,10 @@ class Settings(BaseSettings):
         "and what a request that names none gets (400 beyond).",
     )
     max_event_streams: int = Field(
-        256, ge=1, le=100_000, description="Live event streams the API serves at once (503 beyond)."
+        256, ge=1, le=100_000, description="Live event streams one API process serves at once (503 beyond)."
     )
     max_event_streams_per_tenant: int = Field(
-        32, ge=1, le=100_000, description="Live event streams one caller may hold open at once (429 beyond)."
+        32, ge=1, le=100_000, description="Live event streams one caller may hold open in one API process at once (429 beyond)."
     )
 
     # Browser sessions and operator endpoints.

@@ -2,17 +2,24 @@
 
 Each app gets its own ``CollectorRegistry`` (``app.state.metrics_registry``), so several apps in one
 process (tests) never share or collide on a metric. ``/metrics`` (in ``routes/health.py``) renders it.
+
+In an API process that ``serve --api-processes`` supervises, ``PROMETHEUS_MULTIPROC_DIR`` is set (by serve, before
+prometheus_client is imported): the histogram then lives in a file there, and the registry reads every process's
+files (prometheus_client's multiprocess mode), with the counts of the processes serve supervises.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 from starlette.datastructures import State
@@ -20,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.asgi import HTTPMiddleware
 from service.store import stats
+from service.worker.supervisor import SupervisedCounts
 
 logger = logging.getLogger(__name__)
 
@@ -30,12 +38,16 @@ UNMATCHED = "<unmatched>"  # the route label of requests no route matched (raw p
 def install(app: FastAPI) -> None:
     """Give ``app`` a registry with the latency histogram and the store collector, and the timing middleware."""
     registry = CollectorRegistry()
+    shared = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     latency = Histogram(
         "artsvc_http_request_duration_seconds",
         "Time from a request's arrival to its response's start, by method, route template and status code.",
         ["method", "route", "status"],
-        registry=registry,
+        registry=None if shared else registry,  # shared: read back from the files with every other process's
     )
+    if shared:
+        MultiProcessCollector(registry, path=shared)
+        registry.register(SupervisedCounts(Path(shared)))
     registry.register(StoreCollector(app.state))
     app.state.metrics_registry = registry
     app.add_middleware(RequestLatency, histogram=latency)

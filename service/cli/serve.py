@@ -7,6 +7,13 @@ kills the workers and drops open connections. It imports the installed environme
 listens, as a submission needs them. It never migrates: an unmigrated database is refused
 with the command to run, so a deploy decides when the schema changes. Local single-user mode is
 refused beyond loopback.
+
+One Python process answers a few thousand keyed reads a second at most (its event loop and GIL). With
+``--api-processes N`` above 1 (``ARTSVC_API_PROCESSES``) this process binds the socket and answers nothing itself: it
+supervises N children serving the API on that socket (the kernel hands each connection to one), started again when one
+dies and stopped after the workers. Their latency histograms are summed through prometheus_client's multiprocess
+files, so ``/metrics`` from any of them shows all; SQLite writers of all of them take turns
+(service/store/db.py, ``one_writer``); each has its own connection pool and request and stream caps.
 """
 
 from __future__ import annotations
@@ -17,8 +24,10 @@ import gc
 import logging
 import signal
 import socket
+import tempfile
 from collections.abc import Iterator
-from typing import Annotated, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 import uvicorn
@@ -27,11 +36,16 @@ from pydantic import ValidationError
 import environments
 from service.cli.app import app, console, fail, log_to_stderr
 from service.settings import Settings, get_settings
-from service.store.db import StoreError
-from service.worker.supervisor import Supervisor, worker_processes
+from service.store.db import StoreError, check_migrated, make_engine
+from service.worker.supervisor import Supervisor, api_processes, settle_as_child, worker_processes
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 log = logging.getLogger(__name__)
 MAX_WORKERS = 64  # Settings.workers
+MAX_API_PROCESSES = 64  # Settings.api_processes
+BACKLOG = 2048  # uvicorn's default
 
 
 @app.command()
@@ -51,14 +65,41 @@ def serve(
         bool, typer.Option("--access-log", help="Log every request (off: /metrics has the latency histogram).")
     ] = False,
     local: Annotated[bool, typer.Option("--local", help="Single-user mode without tokens (loopback only).")] = False,
+    api_processes: Annotated[
+        int | None,
+        typer.Option(
+            min=1, max=MAX_API_PROCESSES,
+            help="Processes answering requests on the one socket (default: ARTSVC_API_PROCESSES, else 1).",
+        ),
+    ] = None,  # fmt: skip
+    listen_fd: Annotated[int | None, typer.Option(hidden=True, help="The socket of the serve that started it.")] = None,
+    supervised_by: Annotated[int | None, typer.Option(hidden=True, help="The pid of the serve that started it.")] = None,
 ) -> None:
     """Serve the job API (JSON under /v1, docs at /docs) and run its workers."""
-    from service.app import create_app
-
     overrides: dict[str, Any] = {
-        "host": host, "port": port, "local_mode": True if local else None, "workers": 0 if no_worker else workers
+        "host": host, "port": port, "local_mode": True if local else None, "workers": 0 if no_worker else workers,
+        "api_processes": api_processes,
     }  # fmt: skip
     settings = _settings({name: value for name, value in overrides.items() if value is not None})
+    if listen_fd is not None:  # one of the API processes of a serve with --api-processes above 1
+        if supervised_by is None or settle_as_child(nice=0, parent=supervised_by):
+            _serve_on(socket.socket(fileno=listen_fd), settings, access_log=access_log)
+        return
+    if settings.api_processes > 1:
+        _supervise_api_processes(settings, access_log=access_log)
+        return
+    application = _application(settings)
+    supervisor = worker_processes(settings)
+    application.state.metrics_registry.register(supervisor)
+    sock = _listen(settings.host, settings.port)
+    _say_where(sock, settings)
+    _serve_on(sock, settings, access_log=access_log, application=application, workers=supervisor)
+
+
+def _application(settings: Settings) -> FastAPI:
+    """The app, ready to serve: the store checked, the environments imported, start-up's objects frozen."""
+    from service.app import create_app
+
     try:
         application = create_app(settings)
     except StoreError as exc:
@@ -66,24 +107,73 @@ def serve(
     log_to_stderr()
     _import_environments()
     _freeze_startup_objects()
-    supervisor = worker_processes(settings)
-    application.state.metrics_registry.register(supervisor)
-    config = uvicorn.Config(
-        application, host=settings.host, port=settings.port, log_level="info", access_log=access_log
-    )
-    sock = _listen(settings.host, settings.port, backlog=config.backlog)
+    return application
+
+
+def _serve_on(
+    sock: socket.socket, settings: Settings, *, access_log: bool, application: FastAPI | None = None,
+    workers: Supervisor | None = None,
+) -> None:  # fmt: skip
+    """Serve ``application`` (a new one if None) on ``sock`` until SIGTERM or Ctrl-C, supervising ``workers``."""
+    application = application or _application(settings)
+    workers = workers or Supervisor([], count=0, env={}, grace_s=0, kind="worker")
+    config = uvicorn.Config(application, log_level="info", access_log=access_log)
+    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
+        runner.run(_serve(_Server(config), sock, workers))
+
+
+def _supervise_api_processes(settings: Settings, *, access_log: bool) -> None:
+    """``--api-processes`` above 1: bind, then supervise the API processes and the workers until SIGTERM or Ctrl-C;
+    the workers stop first (they hand their jobs back), then the API processes."""
+    engine = make_engine(settings.resolved_database_url)
+    try:
+        check_migrated(engine)  # refused here, once, rather than in every child as it starts again and again
+    except StoreError as exc:
+        raise fail(str(exc)) from None
+    finally:
+        engine.dispose()
+    log_to_stderr()
+    sock = _listen(settings.host, settings.port)
+    with tempfile.TemporaryDirectory(prefix="artsvc-metrics-") as status_dir:
+        workers = worker_processes(settings, status_dir=Path(status_dir))
+        apis = api_processes(settings, listen_fd=sock.fileno(), status_dir=Path(status_dir), access_log=access_log)
+        _say_where(sock, settings)
+        asyncio.run(_supervise(workers, apis))
+    sock.close()
+
+
+async def _supervise(workers: Supervisor, apis: Supervisor) -> None:
+    loop = asyncio.get_running_loop()
+    stop, workers_stopped = asyncio.Event(), asyncio.Event()
+
+    def on_signal() -> None:
+        if stop.is_set():  # a second signal: quit now
+            workers.hurry()
+            apis.hurry()
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+
+    async def workers_then_apis() -> None:
+        await workers.run(stop)
+        workers_stopped.set()
+
+    await asyncio.gather(workers_then_apis(), apis.run(workers_stopped))
+
+
+def _say_where(sock: socket.socket, settings: Settings) -> None:
     bound_port = sock.getsockname()[1]
     address = f"[{settings.host}]" if ":" in settings.host else settings.host
     mode = "local single-user mode, no tokens" if settings.local_mode else "bearer tokens"
     count = settings.workers
     workers_said = f"{count} worker process{'es' if count > 1 else ''}" if count else "no worker: run `artsvc worker`"
+    apis_said = f"{settings.api_processes} API processes; " if settings.api_processes > 1 else ""
     console.print(
-        f"artsvc listening on http://{address}:{bound_port} (docs at /docs; {mode}; {workers_said})",
+        f"artsvc listening on http://{address}:{bound_port} (docs at /docs; {mode}; {apis_said}{workers_said})",
         soft_wrap=True,
         highlight=False,
     )
-    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
-        runner.run(_serve(_Server(config), sock, supervisor))
 
 
 class _Server(uvicorn.Server):
@@ -149,7 +239,7 @@ def _settings(overrides: dict[str, Any]) -> Settings:
         raise fail("; ".join(problems)) from None
 
 
-def _listen(host: str, port: int, *, backlog: int) -> socket.socket:
+def _listen(host: str, port: int, *, backlog: int = BACKLOG) -> socket.socket:
     """A listening socket, so connections made while the app starts up wait instead of being refused."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -11,9 +11,12 @@ answers 503) instead of queueing for half a minute. The API sizes its request th
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
+import os
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,23 +79,44 @@ def make_engine(
 
 @contextlib.contextmanager
 def one_writer(engine: Engine) -> Iterator[None]:
-    """Around a write transaction on a request thread: on SQLite, this process's writers take turns on a lock.
+    """Around a write transaction on a request thread: on SQLite, the API's writers take turns, in this process on a
+    lock and across the API's processes (``serve --api-processes``) on an advisory lock of a file beside the database.
 
     SQLite lets one connection write at a time, and a connection that finds the file locked waits in SQLite's busy
     handler, which sleeps 1, 2, 5, 10 ... 100 ms between tries: fifteen request threads submitting at once made 33
     jobs a second, each commit taking 0.3 ms. Queued on a lock, each writer starts the moment the one before it
-    commits. Only a speed-up: correctness stays with SQLite's own lock (other processes, the workers, still meet it).
-    PostgreSQL locks rows, not the database: nothing to do."""
+    commits; the thread lock comes first, so one thread a process waits on the file. Only a speed-up: correctness
+    stays with SQLite's own lock (the workers still meet it). PostgreSQL locks rows, not the database: nothing to do."""
     if engine.dialect.name != "sqlite":
         yield
         return
-    with _sqlite_writer(engine.url.render_as_string(hide_password=False)):
-        yield
+    database = engine.url.database or ""
+    in_memory = database in ("", ":memory:") or database.startswith("file::memory:")
+    turn = _sqlite_writer(None if in_memory else Path(database).expanduser().resolve())
+    with turn.thread_lock:
+        if turn.file is None:  # an in-memory database lives in this process only
+            yield
+            return
+        fcntl.flock(turn.file, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(turn.file, fcntl.LOCK_UN)
+
+
+@dataclass(frozen=True)
+class _WriterTurn:
+    thread_lock: threading.Lock
+    file: int | None  # an open descriptor of ``<database>.writer-lock``; None for an in-memory database
 
 
 @functools.cache
-def _sqlite_writer(url: str) -> threading.Lock:
-    return threading.Lock()
+def _sqlite_writer(database: Path | None) -> _WriterTurn:
+    """The turn of the database file ``database`` (None: of in-memory databases), kept for the process's life."""
+    if database is None:
+        return _WriterTurn(threading.Lock(), None)
+    lock_file = database.with_name(database.name + ".writer-lock")
+    return _WriterTurn(threading.Lock(), os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
 
 
 def alembic_config(url: str) -> Config:

@@ -1,7 +1,10 @@
-"""Worker processes as children of ``artsvc serve``: started, started again when they die, stopped on shutdown.
+"""Worker processes, and API processes beyond the first, as children of ``artsvc serve``: started, started again when
+they die, stopped on shutdown.
 
-Training never shares the API's interpreter: each child runs ``artsvc worker`` (service/cli/worker.py) on the store
-and data folder the API resolved. A child that dies (an exit, a signal, kill -9) is started again after a pause that
+Training never shares the API's interpreter: each worker child runs ``artsvc worker`` (service/cli/worker.py) on the
+store and data folder the API resolved. With ``--api-processes N`` above 1, ``serve`` itself answers no request: it
+binds the socket and supervises N children serving the API on it (service/cli/serve.py), whose ``/metrics`` show
+these counts through a status file (``SupervisedCounts``). A child that dies (an exit, a signal, kill -9) is started again after a pause that
 doubles with each death (1 s up to a minute), so a worker that cannot start does not spin; a child that ran a minute
 before dying was healthy, and its successor waits only the first pause. Its jobs' leases expire and the next worker
 resumes them from their last checkpoint. Stopping sends SIGTERM to every child (each finishes or checkpoints its
@@ -16,12 +19,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import json
 import logging
 import os
 import signal
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -35,16 +40,40 @@ HEALTHY_S = 60.0  # a child that ran this long was healthy: its successor waits 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def worker_processes(settings: Settings) -> Supervisor:
+def worker_processes(settings: Settings, *, status_dir: Path | None = None) -> Supervisor:
     """``settings.workers`` children running ``artsvc worker`` on this process's store and data folder (command-line
-    overrides included), each told this process's pid so it can settle as a child."""
+    overrides included), each told this process's pid so it can settle as a child; their counts written in
+    ``status_dir`` if given."""
     command = [sys.executable, "-m", "service", "worker", "--supervised-by", str(os.getpid())]
     env = {
         **os.environ,
         "ARTSVC_DATABASE_URL": settings.resolved_database_url,
         "ARTSVC_DATA_DIR": str(settings.data_dir.resolve()),
     }
-    return Supervisor(command, count=settings.workers, env=env, grace_s=settings.worker_grace_s)
+    return Supervisor(
+        command, count=settings.workers, env=env, grace_s=settings.worker_grace_s, kind="worker", status_dir=status_dir
+    )
+
+
+def api_processes(settings: Settings, *, listen_fd: int, status_dir: Path, access_log: bool) -> Supervisor:
+    """``settings.api_processes`` children serving the API on the listening socket ``listen_fd`` (inherited), on this
+    process's settings (command-line overrides included), their metrics and the supervisors' counts in
+    ``status_dir``."""
+    command = [sys.executable, "-m", "service", "serve", "--listen-fd", str(listen_fd), "--supervised-by", str(os.getpid())]
+    env = {
+        **os.environ,
+        "ARTSVC_DATABASE_URL": settings.resolved_database_url,
+        "ARTSVC_DATA_DIR": str(settings.data_dir.resolve()),
+        "ARTSVC_HOST": settings.host,
+        "ARTSVC_LOCAL_MODE": str(settings.local_mode).lower(),
+        "ARTSVC_WORKERS": "0",
+        "ARTSVC_API_PROCESSES": "1",
+        "PROMETHEUS_MULTIPROC_DIR": str(status_dir),
+    }
+    return Supervisor(
+        [*command, *(["--access-log"] if access_log else [])], count=settings.api_processes, env=env,
+        grace_s=settings.worker_grace_s, kind="api", pass_fds=(listen_fd,), status_dir=status_dir,
+    )  # fmt: skip
 
 
 def settle_as_child(*, nice: int, parent: int) -> bool:
@@ -59,20 +88,28 @@ def settle_as_child(*, nice: int, parent: int) -> bool:
 
 class Supervisor:
     """Keeps ``count`` copies of ``command`` running as child processes until stopped; a Prometheus collector of
-    how many run and how many were started again after dying."""
+    how many run and how many were started again after dying (``kind``: ``worker`` or ``api``, in the metrics' names),
+    and with ``status_dir`` the same counts in a file there for ``SupervisedCounts``."""
 
-    def __init__(self, command: Sequence[str], *, count: int, env: Mapping[str, str], grace_s: float) -> None:
+    def __init__(
+        self, command: Sequence[str], *, count: int, env: Mapping[str, str], grace_s: float, kind: str,
+        pass_fds: Sequence[int] = (), status_dir: Path | None = None,
+    ) -> None:  # fmt: skip
         self.command = list(command)
         self.count = count
         self.env = dict(env)
         self.grace_s = grace_s
+        self.kind = kind
+        self.pass_fds = tuple(pass_fds)
+        self.status_dir = status_dir
         self.restarts = 0
-        self._running: dict[int, asyncio.subprocess.Process] = {}  # by worker number, 1 to count
+        self._running: dict[int, asyncio.subprocess.Process] = {}  # by child number, 1 to count
         self._hurry = asyncio.Event()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Start the children and start again any that dies, until ``stop`` is set; then stop them all (SIGTERM,
         SIGKILL after ``grace_s`` or ``hurry()``) and return once none is left."""
+        self._counts_changed()
         await asyncio.gather(stop.wait(), *(self._keep(number, stop) for number in range(1, self.count + 1)))
 
     def hurry(self) -> None:
@@ -81,14 +118,14 @@ class Supervisor:
 
     def collect(self) -> Iterator[Metric]:
         """For ``/metrics``: the children running now, and how many were started again after one died."""
-        yield GaugeMetricFamily(
-            "artsvc_worker_processes", "Worker processes `artsvc serve` runs.", value=len(self._running)
-        )
-        yield CounterMetricFamily(
-            "artsvc_worker_restarts",
-            "Worker processes `artsvc serve` started again after one died.",
-            value=self.restarts,
-        )
+        yield from _count_metrics(self.kind, running=len(self._running), restarts=self.restarts)
+
+    def _counts_changed(self) -> None:
+        """Write the counts for the API processes' ``/metrics`` (replaced whole: a reader never sees half a file)."""
+        if self.status_dir is not None:
+            path = self.status_dir / f"supervised-{self.kind}.json"
+            path.with_suffix(".tmp").write_text(json.dumps({"running": len(self._running), "restarts": self.restarts}))
+            path.with_suffix(".tmp").replace(path)
 
     async def _keep(self, number: int, stop: asyncio.Event) -> None:
         pause = FIRST_PAUSE_S
@@ -101,7 +138,8 @@ class Supervisor:
             if ran >= HEALTHY_S:
                 pause = FIRST_PAUSE_S
             self.restarts += 1
-            log.warning("worker %d %s after %.0f s; starting another in %g s", number, ended, ran, pause)
+            self._counts_changed()
+            log.warning("%s %d %s after %.0f s; starting another in %g s", self.kind, number, ended, ran, pause)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), pause)
             pause = min(2 * pause, MAX_PAUSE_S)
@@ -109,11 +147,12 @@ class Supervisor:
     async def _run_one(self, number: int, stop: asyncio.Event) -> str | None:
         """One child, until it ends (how it ended, in words) or ``stop`` is set (then it is stopped, and None)."""
         try:
-            child = await asyncio.create_subprocess_exec(*self.command, env=self.env)
+            child = await asyncio.create_subprocess_exec(*self.command, env=self.env, pass_fds=self.pass_fds)
         except OSError as exc:
             return f"could not start: {exc}"
-        log.info("worker %d started: pid %d", number, child.pid)
+        log.info("%s %d started: pid %d", self.kind, number, child.pid)
         self._running[number] = child
+        self._counts_changed()
         try:
             if await _exited(child, stop):
                 return f"(pid {child.pid}) {_how(child.returncode)}"
@@ -121,14 +160,37 @@ class Supervisor:
             return None
         finally:
             del self._running[number]
+            self._counts_changed()
 
     async def _stop(self, number: int, child: asyncio.subprocess.Process) -> None:
         _signal(child, signal.SIGTERM)
         if not await _exited(child, self._hurry, timeout=self.grace_s):
-            log.warning("worker %d (pid %d) has not stopped: killing it", number, child.pid)
+            log.warning("%s %d (pid %d) has not stopped: killing it", self.kind, number, child.pid)
             _signal(child, signal.SIGKILL)
             await child.wait()
-        log.info("worker %d (pid %d) stopped: %s", number, child.pid, _how(child.returncode))
+        log.info("%s %d (pid %d) stopped: %s", self.kind, number, child.pid, _how(child.returncode))
+
+
+class SupervisedCounts:
+    """For the ``/metrics`` of an API process that ``serve`` supervises: the counts its supervisors wrote in
+    ``status_dir`` (none yet: nothing)."""
+
+    def __init__(self, status_dir: Path) -> None:
+        self.status_dir = status_dir
+
+    def collect(self) -> Iterator[Metric]:
+        for kind in ("worker", "api"):
+            with contextlib.suppress(FileNotFoundError, ValueError, KeyError):
+                counts = json.loads((self.status_dir / f"supervised-{kind}.json").read_text())
+                yield from _count_metrics(kind, running=int(counts["running"]), restarts=int(counts["restarts"]))
+
+
+def _count_metrics(kind: str, *, running: int, restarts: int) -> Iterator[Metric]:
+    what = {"worker": "Worker processes", "api": "API processes"}[kind]
+    yield GaugeMetricFamily(f"artsvc_{kind}_processes", f"{what} `artsvc serve` runs.", value=running)
+    yield CounterMetricFamily(
+        f"artsvc_{kind}_restarts", f"{what} `artsvc serve` started again after one died.", value=restarts
+    )
 
 
 async def _exited(child: asyncio.subprocess.Process, event: asyncio.Event, *, timeout: float | None = None) -> bool:

@@ -20,8 +20,9 @@ from tests.service.processes import children_of
 from tests.service.test_cli import artsvc
 
 
-def test_an_unmigrated_database_is_refused_and_left_alone(tmp_path):
-    result = artsvc("serve", "--port", "0", "--no-worker", tmp_path=tmp_path)
+@pytest.mark.parametrize("api_processes", ["1", "2"])
+def test_an_unmigrated_database_is_refused_and_left_alone(api_processes, tmp_path):
+    result = artsvc("serve", "--port", "0", "--no-worker", "--api-processes", api_processes, tmp_path=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "run `artsvc db upgrade`" in " ".join(result.stderr.split())
     engine = store_db.make_engine(f"sqlite:///{tmp_path / 'data' / 'artsvc.db'}")

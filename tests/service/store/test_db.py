@@ -1,8 +1,11 @@
-"""service/store/db.py: the in-process turn-taking of SQLite writers."""
+"""service/store/db.py: the turn-taking of SQLite writers, in one process and across processes."""
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
+import time
+from pathlib import Path
 
 from service.store.db import make_engine, one_writer
 
@@ -40,3 +43,42 @@ def test_postgresql_writers_are_not_held_back():
     engine = make_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")  # never connects
     with one_writer(engine), one_writer(engine):  # a lock would deadlock here
         pass
+
+
+def _hold_the_turn(database_url: str, held: Path, release: Path) -> None:
+    """In another process: take the writers' turn, say so, and keep it until ``release`` exists."""
+    with one_writer(make_engine(database_url)):
+        held.touch()
+        deadline = time.monotonic() + 30
+        while not release.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+def test_writers_in_other_processes_take_turns_too(tmp_path):
+    """``serve --api-processes`` runs several API processes on one SQLite file: a writer waits for another process's
+    turn to end, on the lock file beside the database."""
+    url, held, release = f"sqlite:///{tmp_path}/a.db", tmp_path / "held", tmp_path / "release"
+    other = multiprocessing.get_context("spawn").Process(target=_hold_the_turn, args=(url, held, release))
+    other.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not held.exists():
+            assert other.is_alive() and time.monotonic() < deadline, "the other process never took its turn"
+            time.sleep(0.01)
+        order: list[str] = []
+
+        def write() -> None:
+            with one_writer(make_engine(url)):
+                order.append("here")
+
+        waiter = threading.Thread(target=write)
+        waiter.start()
+        waiter.join(0.3)
+        assert waiter.is_alive() and order == []  # still waiting for the other process's turn
+        release.touch()
+        waiter.join(10)
+        assert order == ["here"]
+        assert (tmp_path / "a.db.writer-lock").exists()
+    finally:
+        release.touch()
+        other.join(30)

@@ -1,15 +1,17 @@
 """``artsvc serve`` and the worker processes it supervises: how many it runs and at what priority, a worker killed
 with SIGKILL started again (its job resumed and finished), SIGTERM handing the running job back on the way out, and
-workers stopping by themselves when serve is killed.
+workers stopping by themselves when serve is killed; with ``--api-processes``, the API processes it supervises too.
 Real processes, the API over loopback HTTP, the store a SQLite file: claims, takeovers and releases on PostgreSQL are
 tested in test_worker_processes.py and test_leases.py."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -68,6 +70,29 @@ def post_job(serve: ServeProcess) -> str:
     response = httpx.post(f"{serve.url}/v1/jobs", json=LONGER_JOB, timeout=30)
     assert response.status_code == 201, response.text
     return response.json()["id"]
+
+
+def api_children(serve: ServeProcess) -> set[int]:
+    """The live API processes of a ``serve --api-processes``."""
+    pids = set()
+    for pid in children_of(serve.process.pid):
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            if b"--listen-fd" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                pids.add(pid)
+    return pids
+
+
+def api_pids(serve: ServeProcess, count: int, *, besides: int | None = None) -> set[int] | None:
+    """The live API processes, but ``besides``, once there are ``count`` of them."""
+    pids = api_children(serve) - {besides}
+    return pids if len(pids) == count else None
+
+
+def requests_counted(serve: ServeProcess, route: str) -> float:
+    """The latency histogram's count of 200s on GET ``route``, as ``/metrics`` shows it."""
+    line = f'artsvc_http_request_duration_seconds_count{{method="GET",route="{route}",status="200"}} '
+    metrics = httpx.get(f"{serve.url}/metrics", timeout=30).text
+    return next((float(row.removeprefix(line)) for row in metrics.splitlines() if row.startswith(line)), 0.0)
 
 
 def assert_gone(pids: set[int]) -> None:
@@ -144,3 +169,43 @@ def test_the_workers_of_a_serve_killed_with_sigkill_stop_by_themselves(engine, s
     serve.process.kill()
     serve.process.wait()
     wait_for(lambda: unstopped_pids(engine) == set(), what="the orphaned worker to stop", timeout=120)
+
+
+@pytest.mark.timeout(300)
+def test_api_processes_share_the_socket_and_the_metrics_are_started_again_and_stop_after_the_workers(
+    engine, start_serve
+):
+    serve = start_serve("--workers", "1", "--api-processes", "2")
+    workers = wait_for(lambda: pids_of(engine, 1), what="a live worker", timeout=240, workers=(serve,))
+    apis = wait_for(lambda: api_pids(serve, 2), what="2 API processes", timeout=120, workers=(serve,))
+    assert children_of(serve.process.pid) == workers | apis  # serve itself answers no request
+    shared = Path(next(entry.removeprefix(b"PROMETHEUS_MULTIPROC_DIR=").decode()
+                       for entry in Path(f"/proc/{min(apis)}/environ").read_bytes().split(b"\0")
+                       if entry.startswith(b"PROMETHEUS_MULTIPROC_DIR=")))  # fmt: skip
+    answered, sent = set(), 0
+    while answered != apis and sent < 500:  # a new connection each: the kernel hands it to one of them
+        assert httpx.get(f"{serve.url}/v1/jobs", timeout=30).status_code == 200
+        sent += 1
+        answered = {pid for pid in apis if (shared / f"histogram_{pid}.db").exists()}
+    assert answered == apis, f"one process answered all {sent} requests"
+    assert requests_counted(serve, "/v1/jobs") == sent  # /metrics of either sums both processes' requests
+    metrics = httpx.get(f"{serve.url}/metrics", timeout=30).text
+    assert "artsvc_api_processes 2.0" in metrics and "artsvc_worker_processes 1.0" in metrics
+
+    doomed = min(apis)
+    os.kill(doomed, signal.SIGKILL)
+    successors = wait_for(lambda: api_pids(serve, 2, besides=doomed), what="a new API process", timeout=120,
+                          workers=(serve,))  # fmt: skip
+    for _ in range(10):
+        assert httpx.get(f"{serve.url}/v1/jobs", timeout=30).status_code == 200
+    assert requests_counted(serve, "/v1/jobs") == sent + 10  # the dead process's requests still count
+    assert "artsvc_api_restarts_total 1.0" in httpx.get(f"{serve.url}/metrics", timeout=30).text
+    assert f"api 1 (pid {doomed}) was killed by SIGKILL" in serve.log() or f"api 2 (pid {doomed}) was killed" in serve.log()
+
+    serve.process.send_signal(signal.SIGTERM)
+    assert serve.process.wait(timeout=120) == 0, serve.log()
+    assert_gone(workers | successors)
+    log = serve.log()
+    stopped = [log.index(f"(pid {pid}) stopped: exited with code 0") for pid in (*workers, *successors)]
+    assert max(stopped[:1]) < min(stopped[1:]), log  # the worker first, then the API processes
+    assert not shared.exists()  # the metrics files went with serve
