@@ -17,7 +17,10 @@ Writes ``bench/results/api_load.json`` (or ``--out``) and prints the README's ta
 and load share the machine's cores: that is the point (an operator's box), and the load process's own
 cost per request is part of what the server competes with.
 
+``--api-processes N`` serves with ``serve --api-processes N`` (N processes answering on one socket).
+
     python bench/api_load.py [--rates 100,200,300,closed] [--connections 50] [--seconds 20] [--load-steps 3]
+                             [--api-processes 1]
 """
 
 from __future__ import annotations
@@ -103,7 +106,7 @@ def wait_for_step(base: str, headers: dict[str, str], job_id: str, step: int) ->
 
 def idle_run(env: dict[str, str], tokens: list[str], args: argparse.Namespace) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {tokens[0]}"}
-    with Server(env, "--no-worker") as server:
+    with Server(env, "--no-worker", "--api-processes", str(args.api_processes)) as server:
         job = httpx.post(f"{server.base}/v1/jobs", json=TRAINING_SPEC, headers=headers, timeout=60).raise_for_status()
         return {label(rate): merge([generate_load(server.base, tokens, job.json()["id"], args, rate)]) for rate in args.rates}
 
@@ -113,7 +116,7 @@ def training_run(env: dict[str, str], tokens: list[str], args: argparse.Namespac
     ``--load-steps`` steps ran wholly inside it; a rate's latencies are those of all its slices together."""
     headers = {"Authorization": f"Bearer {tokens[0]}"}
     result: dict[str, Any] = {}
-    with Server(env) as server:
+    with Server(env, "--api-processes", str(args.api_processes)) as server:
         job = (
             httpx.post(f"{server.base}/v1/jobs", json=TRAINING_SPEC, headers=headers, timeout=60)
             .raise_for_status()
@@ -195,11 +198,13 @@ def main() -> None:
     parser.add_argument("--post-every", type=int, default=10, help="every n-th request is a POST /v1/jobs")
     parser.add_argument("--quiet-steps", type=int, default=3, help="training steps timed with no load")
     parser.add_argument("--load-steps", type=int, default=3, help="training steps timed under load")
+    parser.add_argument("--api-processes", type=int, default=1, help="`serve --api-processes`: processes answering")
     parser.add_argument("--out", type=Path, default=RESULTS / "api_load.json")
     args = parser.parse_args()
     result = {"idle": in_fresh_store(idle_run, args), "training": in_fresh_store(training_run, args)}
     result["machine"] = machine()
     result["store"] = "sqlite"
+    result["api_processes"] = args.api_processes
     args.out.parent.mkdir(exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print("| run | load | GET p50 / p99 | POST p50 / p99 | errors | throughput | step wall time (median) |")

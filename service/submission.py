@@ -67,12 +67,12 @@ def submit(
             raise Refused(refusal)
     if (refusal := tenancy.refuse_job(spec, env, caller=caller, settings=settings)) is not None:
         raise Refused(refusal)
-    manifest, digest = manifests.training_manifest(spec, env), jobs.request_hash(spec)
-    # This process's SQLite writers take turns (store/db.py): the turn holds the idempotency and queue checks, the
-    # insert and the commit, and nothing that could be done before it.
+    job = runs.new_job(spec=spec, owner_id=caller.id, idempotency_key=idempotency_key, request_hash=jobs.request_hash(spec))
+    job.manifest = manifests.training_manifest(spec, env)
+    # The API's SQLite writers take turns (store/db.py): the turn holds the idempotency and queue checks, the insert
+    # and the commit, and nothing that could be done before it (the job's row is made above).
     with store_db.one_writer(session.get_bind()):
-        return _create_once(session, spec=spec, caller=caller, settings=settings, key=idempotency_key, digest=digest,
-                            manifest=manifest)  # fmt: skip
+        return _create_once(session, job, caller=caller, settings=settings)
 
 
 def submit_evaluation(session: Session, spec: EvaluationSpec, *, caller: Principal, settings: Settings) -> Job:
@@ -109,34 +109,31 @@ def _environment(name: str, args: dict[str, Any]) -> Environment:
         raise Refused(f"environment_args: {exc}") from None
 
 
-def _create_once(
-    session: Session, *, spec: JobSpec, caller: Principal, settings: Settings, key: str | None, digest: str,
-    manifest: dict[str, Any],
-) -> tuple[Job, bool]:  # fmt: skip
-    """A new queued job with its manifest, committed; or the job an earlier request with the same key made, and
-    True."""
+def _create_once(session: Session, job: Job, *, caller: Principal, settings: Settings) -> tuple[Job, bool]:
+    """``job`` queued and committed; or the job an earlier request with the same key made, and True."""
     tenancy.hold_queue(session, caller=caller)  # until this transaction ends: a concurrent twin of this request waits
-    if (earlier := _earlier(session, caller=caller, key=key, digest=digest)) is not None:
+    if (earlier := _earlier(session, job)) is not None:
         session.commit()
         return earlier, True
     _refuse_full_queue(session, caller=caller, settings=settings)
-    job = runs.create_job(session, spec=spec, owner_id=caller.id, idempotency_key=key, request_hash=digest)
-    job.manifest = manifest
+    runs.queue(session, job)
     try:
         session.commit()
     except IntegrityError:  # a concurrent request with the same key committed first
         session.rollback()
-        if (earlier := _earlier(session, caller=caller, key=key, digest=digest)) is None:
+        if (earlier := _earlier(session, job)) is None:
             raise
         return earlier, True
     return job, False
 
 
-def _earlier(session: Session, *, caller: Principal, key: str | None, digest: str) -> Job | None:
-    if key is None:
+def _earlier(session: Session, job: Job) -> Job | None:
+    """The job an earlier submission with ``job``'s idempotency key made, if any."""
+    if job.idempotency_key is None:
         return None
     try:
-        return jobs.earlier_submission(session, owner_id=caller.id, idempotency_key=key, request_hash=digest)
+        return jobs.earlier_submission(session, owner_id=job.owner_id, idempotency_key=job.idempotency_key,
+                                       request_hash=job.request_hash)  # fmt: skip
     except jobs.IdempotencyConflict as exc:
         raise KeyConflict(str(exc)) from None
 

@@ -37,7 +37,8 @@ from service.store.tables import (
 STEP_EVENT_KINDS = ("step", "validation", "alert")  # events that belong to a step and go when it is rolled back
 
 
-def _queue(session: Session, job: Job) -> Job:
+def queue(session: Session, job: Job) -> Job:
+    """Add ``job`` (made by ``new_job``) to the queue, with its ``queued`` event."""
     session.add(job)
     append_event(session, job_id=job.id, kind="queued", data={"environment": job.environment, "kind": job.kind})
     return job
@@ -52,9 +53,16 @@ def create_job(
     request_hash: str | None = None,
 ) -> Job:
     """A queued training job."""
+    return queue(session, new_job(spec=spec, owner_id=owner_id, idempotency_key=idempotency_key, request_hash=request_hash))
+
+
+def new_job(
+    *, spec: JobSpec, owner_id: str = LOCAL_OWNER, idempotency_key: str | None = None, request_hash: str | None = None
+) -> Job:
+    """A training job, not yet queued: made before a writer's turn, which then only has to ``queue`` it."""
     spec_json = spec.model_dump(mode="json")
-    return _queue(session, Job(id=str(uuid.uuid4()), environment=spec.environment, spec=spec_json, owner_id=owner_id,
-                               idempotency_key=idempotency_key, request_hash=request_hash))  # fmt: skip
+    return Job(id=str(uuid.uuid4()), environment=spec.environment, spec=spec_json, owner_id=owner_id,
+               idempotency_key=idempotency_key, request_hash=request_hash)  # fmt: skip
 
 
 def create_evaluation(
@@ -62,7 +70,7 @@ def create_evaluation(
 ) -> Job:
     """A queued evaluation (``environment`` resolved: the spec may leave it to the evaluated job)."""
     spec_json = spec.model_dump(mode="json")
-    return _queue(session, Job(id=str(uuid.uuid4()), kind=JobKind.evaluation, environment=environment, spec=spec_json,
+    return queue(session, Job(id=str(uuid.uuid4()), kind=JobKind.evaluation, environment=environment, spec=spec_json,
                                owner_id=owner_id, parent_id=parent_id))  # fmt: skip
 
 
