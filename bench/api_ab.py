@@ -8,6 +8,10 @@ these machines are noisy (the same closed loop varies by 1.5x run to run), so ea
 rounds of throughput and of each endpoint's p50 and p99, and HEAD / BASE.
 
     python bench/api_ab.py BASE [HEAD] [--rounds 3] [--seconds 15] [--post-every 10] [--database-url URL]
+                           [--head-api-processes N]
+
+``--head-api-processes N`` serves HEAD with ``serve --api-processes N``: ``api_ab.py HEAD HEAD --head-api-processes 2``
+compares one API process with two on the same code.
 
 ``--database-url`` takes a PostgreSQL server URL: each load then gets a fresh database on that server, dropped after.
 
@@ -54,8 +58,9 @@ def revision(name: str) -> str:
     return f"{name} ({sha.stdout.strip()})"
 
 
-def closed_loop(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """One closed-loop load against ``tree``'s server: throughput and p50/p99 per endpoint."""
+def closed_loop(tree: Path, args: argparse.Namespace, *, api_processes: int = 1) -> dict[str, Any]:
+    """One closed-loop load against ``tree``'s server (``serve --api-processes``): throughput and p50/p99 per
+    endpoint."""
     # `python -m service` imports from the current folder first: run in the tree, so its `service` is the one served
     with tempfile.TemporaryDirectory(prefix="artsvc-ab-store-") as store, contextlib.chdir(tree):
         env = {**os.environ, "ARTSVC_DATA_DIR": store, "PYTHONPATH": str(tree)}
@@ -64,7 +69,7 @@ def closed_loop(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
             if args.database_url:
                 env["ARTSVC_DATABASE_URL"], drop = postgres_database(args.database_url)
                 stack.callback(drop)
-            load = _load(env, args)
+            load = _load(env, args, api_processes=api_processes)
     return {
         "requests_per_s": load["requests_per_s"],
         "errors": load["errors"],
@@ -72,11 +77,12 @@ def closed_loop(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _load(env: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
+def _load(env: dict[str, str], args: argparse.Namespace, *, api_processes: int) -> dict[str, Any]:
     """Migrate the store in ``env``, queue one job, and load a server over it: http_load.py's report."""
     cli(env, "db", "upgrade")
     tokens = [cli(env, "token", "create", "--role", "operator", "--name", f"ab-{i}") for i in range(5)]
-    with Server(env, "--no-worker") as server:
+    processes = ["--api-processes", str(api_processes)] if api_processes != 1 else []  # older revisions lack it
+    with Server(env, "--no-worker", *processes) as server:
         headers = {"Authorization": f"Bearer {tokens[0]}"}
         job = httpx.post(f"{server.base}/v1/jobs", json=QUEUED_SPEC, headers=headers, timeout=60).raise_for_status()
         command = [
@@ -95,18 +101,19 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15)
     parser.add_argument("--post-every", type=int, default=10, help="every n-th request is a POST (0: GETs only)")
     parser.add_argument("--database-url", default=None, help="a PostgreSQL server URL; default: a SQLite file")
+    parser.add_argument("--head-api-processes", type=int, default=1, help="serve HEAD with `--api-processes N`")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "api_ab.json")
     args = parser.parse_args()
     runs: dict[str, list[dict[str, Any]]] = {"base": [], "head": []}
     with checkout(args.base) as base, checkout(args.head) as head:
         for round_ in range(args.rounds):
-            for name, tree in (("base", base), ("head", head)):
-                runs[name].append(closed_loop(tree, args))
+            for name, tree, processes in (("base", base, 1), ("head", head, args.head_api_processes)):
+                runs[name].append(closed_loop(tree, args, api_processes=processes))
                 print(f"round {round_ + 1} {name}: {json.dumps(runs[name][-1])}", flush=True)
     medians = {name: {key: statistics.median(run[key] for run in rows) for key in rows[0]} for name, rows in runs.items()}
     ratio = {key: round(medians["head"][key] / medians["base"][key], 2) for key in medians["base"] if medians["base"][key]}
     result = {"base": revision(args.base), "head": revision(args.head), "post_every": args.post_every, "seconds": args.seconds,
-              "store": "postgresql" if args.database_url else "sqlite",
+              "store": "postgresql" if args.database_url else "sqlite", "head_api_processes": args.head_api_processes,
               "runs": runs, "medians": medians, "head_over_base": ratio, "machine": machine()}  # fmt: skip
     args.out.parent.mkdir(exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -25,7 +25,7 @@ import logging
 import signal
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -143,17 +143,8 @@ def _supervise_api_processes(settings: Settings, *, access_log: bool) -> None:
 
 
 async def _supervise(workers: Supervisor, apis: Supervisor) -> None:
-    loop = asyncio.get_running_loop()
     stop, workers_stopped = asyncio.Event(), asyncio.Event()
-
-    def on_signal() -> None:
-        if stop.is_set():  # a second signal: quit now
-            workers.hurry()
-            apis.hurry()
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal)
+    _stop_on_signals(stop, hurry=lambda: (workers.hurry(), apis.hurry()))
 
     async def workers_then_apis() -> None:
         await workers.run(stop)
@@ -186,17 +177,13 @@ class _Server(uvicorn.Server):
 
 async def _serve(server: uvicorn.Server, sock: socket.socket, supervisor: Supervisor) -> None:
     """Serve and supervise until SIGTERM or Ctrl-C; then stop the workers, then the API."""
-    loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 
-    def on_signal() -> None:
-        if stop.is_set():  # a second signal: quit now
-            supervisor.hurry()
-            server.force_exit = True
-        stop.set()
+    def hurry() -> None:
+        supervisor.hurry()
+        server.force_exit = True
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal)
+    _stop_on_signals(stop, hurry=hurry)
 
     async def workers_then_api() -> None:
         await supervisor.run(stop)
@@ -208,6 +195,18 @@ async def _serve(server: uvicorn.Server, sock: socket.socket, supervisor: Superv
     finally:
         stop.set()
         await supervising
+
+
+def _stop_on_signals(stop: asyncio.Event, *, hurry: Callable[[], object]) -> None:
+    """SIGTERM or Ctrl-C sets ``stop``; a second one calls ``hurry`` too (quit now)."""
+
+    def on_signal() -> None:
+        if stop.is_set():
+            hurry()
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(sig, on_signal)
 
 
 def _freeze_startup_objects() -> None:

@@ -44,36 +44,34 @@ def worker_processes(settings: Settings, *, status_dir: Path | None = None) -> S
     """``settings.workers`` children running ``artsvc worker`` on this process's store and data folder (command-line
     overrides included), each told this process's pid so it can settle as a child; their counts written in
     ``status_dir`` if given."""
-    command = [sys.executable, "-m", "service", "worker", "--supervised-by", str(os.getpid())]
-    env = {
-        **os.environ,
-        "ARTSVC_DATABASE_URL": settings.resolved_database_url,
-        "ARTSVC_DATA_DIR": str(settings.data_dir.resolve()),
-    }
     return Supervisor(
-        command, count=settings.workers, env=env, grace_s=settings.worker_grace_s, kind="worker", status_dir=status_dir
-    )
+        _our_command("worker"), count=settings.workers, env=_child_env(settings), grace_s=settings.worker_grace_s,
+        kind="worker", status_dir=status_dir,
+    )  # fmt: skip
 
 
 def api_processes(settings: Settings, *, listen_fd: int, status_dir: Path, access_log: bool) -> Supervisor:
     """``settings.api_processes`` children serving the API on the listening socket ``listen_fd`` (inherited), on this
     process's settings (command-line overrides included), their metrics and the supervisors' counts in
     ``status_dir``."""
-    command = [sys.executable, "-m", "service", "serve", "--listen-fd", str(listen_fd), "--supervised-by", str(os.getpid())]
-    env = {
-        **os.environ,
-        "ARTSVC_DATABASE_URL": settings.resolved_database_url,
-        "ARTSVC_DATA_DIR": str(settings.data_dir.resolve()),
-        "ARTSVC_HOST": settings.host,
-        "ARTSVC_LOCAL_MODE": str(settings.local_mode).lower(),
-        "ARTSVC_WORKERS": "0",
-        "ARTSVC_API_PROCESSES": "1",
-        "PROMETHEUS_MULTIPROC_DIR": str(status_dir),
-    }
-    return Supervisor(
-        [*command, *(["--access-log"] if access_log else [])], count=settings.api_processes, env=env,
-        grace_s=settings.worker_grace_s, kind="api", pass_fds=(listen_fd,), status_dir=status_dir,
+    command = _our_command("serve", "--listen-fd", str(listen_fd), *(["--access-log"] if access_log else []))
+    env = _child_env(
+        settings, ARTSVC_HOST=settings.host, ARTSVC_LOCAL_MODE=str(settings.local_mode).lower(), ARTSVC_WORKERS="0",
+        ARTSVC_API_PROCESSES="1", PROMETHEUS_MULTIPROC_DIR=str(status_dir),
     )  # fmt: skip
+    return Supervisor(command, count=settings.api_processes, env=env, grace_s=settings.worker_grace_s, kind="api",
+                      pass_fds=(listen_fd,), status_dir=status_dir)  # fmt: skip
+
+
+def _our_command(verb: str, *args: str) -> list[str]:
+    """``artsvc VERB ARGS``, told this process's pid so it can settle as its child."""
+    return [sys.executable, "-m", "service", verb, *args, "--supervised-by", str(os.getpid())]
+
+
+def _child_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """This process's environment with the store and data folder it resolved (command-line overrides included)."""
+    env = {"ARTSVC_DATABASE_URL": settings.resolved_database_url, "ARTSVC_DATA_DIR": str(settings.data_dir.resolve())}
+    return {**os.environ, **env, **extra}
 
 
 def settle_as_child(*, nice: int, parent: int) -> bool:
