@@ -83,7 +83,7 @@ def serve(
     settings = _settings({name: value for name, value in overrides.items() if value is not None})
     if listen_fd is not None:  # one of the API processes of a serve with --api-processes above 1
         if supervised_by is None or settle_as_child(nice=0, parent=supervised_by):
-            _serve_on(socket.socket(fileno=listen_fd), settings, access_log=access_log)
+            _serve_on(_inherited(listen_fd), settings, access_log=access_log)
         return
     if settings.api_processes > 1:
         _supervise_api_processes(settings, access_log=access_log)
@@ -236,6 +236,14 @@ def _settings(overrides: dict[str, Any]) -> Settings:
     except ValidationError as exc:
         problems = [": ".join([*map(str, e["loc"][:1]), e["msg"].removeprefix("Value error, ")]) for e in exc.errors()]
         raise fail("; ".join(problems)) from None
+
+
+def _inherited(fd: int) -> socket.socket:
+    """The listening socket serve handed down as descriptor ``fd``."""
+    try:
+        return socket.socket(fileno=fd)
+    except OSError as exc:
+        raise fail(f"--listen-fd {fd}: not a socket of this process ({exc.strerror or exc})") from None
 
 
 def _listen(host: str, port: int, *, backlog: int = BACKLOG) -> socket.socket:
