@@ -27,6 +27,7 @@ from sqlalchemy.engine import Engine
 from service import __version__
 from service.api import errors, limits, metrics, overload
 from service.api.loop_reads import LoopReads
+from service.api.loop_writes import LoopWrites
 from service.api.threads import request_threads
 from service.api.routes import (
     alerts, checkpoints, curves, environments, evaluations, events, health, inference, jobs, ui,
@@ -58,6 +59,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         app.state.request_threads.shutdown(wait=False)
         app.state.inference.close()
         app.state.loop_reads.close()
+        app.state.loop_writes.close()
         loop_engine.dispose()
         health_engine.dispose()
 
@@ -71,6 +73,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     app.state.engine = engine
     app.state.health_engine = health_engine
     app.state.loop_reads = LoopReads(loop_engine)
+    app.state.loop_writes = LoopWrites(url)
     app.state.inference = InferenceEngine()
     app.state.stream_slots = events.StreamSlots(
         max_streams=settings.max_event_streams, max_per_caller=settings.max_event_streams_per_tenant

@@ -59,6 +59,13 @@ def submit(
     """Queue the training job ``spec`` for ``caller``, with its manifest, and commit: the job and False; or the job an
     earlier submission with the same ``idempotency_key`` made and True (a replay is never refused for a full queue).
     Raises Refused for an environment, judge, baseline or limit this server refuses, KeyConflict, QueueFull."""
+    job = prepare(spec, caller=caller, settings=settings, idempotency_key=idempotency_key)
+    return queue_in_turn(session, job, caller=caller, settings=settings)
+
+
+def prepare(spec: JobSpec, *, caller: Principal, settings: Settings, idempotency_key: str | None = None) -> Job:
+    """The job ``spec`` would queue for ``caller``, checked and with its manifest, not yet in the store: everything
+    a submission does before its write (no store work). Raises Refused as ``submit`` does."""
     env = _environment(spec.environment, spec.environment_args)
     if (refusal := settings.refuse_reward(spec.reward)) is not None:
         raise Refused(refusal)
@@ -69,10 +76,14 @@ def submit(
         raise Refused(refusal)
     job = runs.new_job(spec=spec, owner_id=caller.id, idempotency_key=idempotency_key, request_hash=jobs.request_hash(spec))
     job.manifest = manifests.training_manifest(spec, env)
-    # The API's SQLite writers take turns (store/db.py): the turn holds the idempotency and queue checks, the insert
-    # and the commit, and nothing that could be done before it (the job's row is made above).
+    return job
+
+
+def queue_in_turn(session: Session, job: Job, *, caller: Principal, settings: Settings) -> tuple[Job, bool]:
+    """``queue_once`` in the API writers' turn (store/db.py ``one_writer``), which holds the idempotency and queue
+    checks, the insert and the commit, and nothing that could be done before it (``prepare``)."""
     with store_db.one_writer(session.get_bind()):
-        return _create_once(session, job, caller=caller, settings=settings)
+        return queue_once(session, job, caller=caller, settings=settings)
 
 
 def submit_evaluation(session: Session, spec: EvaluationSpec, *, caller: Principal, settings: Settings) -> Job:
@@ -109,8 +120,9 @@ def _environment(name: str, args: dict[str, Any]) -> Environment:
         raise Refused(f"environment_args: {exc}") from None
 
 
-def _create_once(session: Session, job: Job, *, caller: Principal, settings: Settings) -> tuple[Job, bool]:
-    """``job`` queued and committed; or the job an earlier request with the same key made, and True."""
+def queue_once(session: Session, job: Job, *, caller: Principal, settings: Settings) -> tuple[Job, bool]:
+    """``job`` (from ``prepare``) queued and committed, and False; or the job an earlier request with the same key made,
+    and True. Raises KeyConflict, QueueFull. Call it in the writers' turn (``queue_in_turn``)."""
     tenancy.hold_queue(session, caller=caller)  # until this transaction ends: a concurrent twin of this request waits
     if (earlier := _earlier(session, job)) is not None:
         session.commit()

@@ -87,21 +87,52 @@ def one_writer(engine: Engine) -> Iterator[None]:
     jobs a second, each commit taking 0.3 ms. Queued on a lock, each writer starts the moment the one before it
     commits; the thread lock comes first, so one thread a process waits on the file. Only a speed-up: correctness
     stays with SQLite's own lock (the workers still meet it). PostgreSQL locks rows, not the database: nothing to do."""
-    if engine.dialect.name != "sqlite":
+    turn = _turn_of(engine)
+    if turn is None:
         yield
         return
-    database = engine.url.database or ""
-    in_memory = database in ("", ":memory:") or database.startswith("file::memory:")
-    turn = _sqlite_writer(None if in_memory else Path(database).expanduser().resolve())
     with turn.thread_lock:
-        if turn.file is None:  # an in-memory database lives in this process only
-            yield
-            return
-        fcntl.flock(turn.file, fcntl.LOCK_EX)
+        if turn.file is not None:
+            fcntl.flock(turn.file, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(turn.file, fcntl.LOCK_UN)
+            if turn.file is not None:
+                fcntl.flock(turn.file, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def writer_turn_now(engine: Engine) -> Iterator[bool]:
+    """``one_writer``'s turn if nobody holds it this instant (True, held until the block ends), else False at once:
+    for the event loop, which must never wait for it. Only SQLite has turns: False on any other database."""
+    with contextlib.ExitStack() as held:
+        yield _take_turn_now(_turn_of(engine), held)
+
+
+def _take_turn_now(turn: _WriterTurn | None, held: contextlib.ExitStack) -> bool:
+    if turn is None or not turn.thread_lock.acquire(blocking=False):
+        return False
+    held.callback(turn.thread_lock.release)
+    if turn.file is not None:
+        try:
+            fcntl.flock(turn.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another API process's turn
+            held.close()
+            return False
+        held.callback(fcntl.flock, turn.file, fcntl.LOCK_UN)
+    return True
+
+
+def _turn_of(engine: Engine) -> _WriterTurn | None:
+    """The writers' turn of ``engine``'s SQLite database (shared by every engine on the same file); None elsewhere."""
+    return _turn_of_database(engine.url.database or "") if engine.dialect.name == "sqlite" else None
+
+
+@functools.cache
+def _turn_of_database(database: str) -> _WriterTurn:
+    """The turn of SQLite's ``database`` as a URL names it, its path resolved once (a resolve costs system calls)."""
+    in_memory = database in ("", ":memory:") or database.startswith("file::memory:")
+    return _sqlite_writer(None if in_memory else Path(database).expanduser().resolve())
 
 
 @dataclass(frozen=True)

@@ -62,11 +62,13 @@ async def submit_job(
     """Queue a training job. A retry with the same `Idempotency-Key` returns the first job (with header
     `Idempotent-Replayed: true`); the same key with a different spec is refused with 409. A client token is held to
     the backends, base models and queue length the operator allows (422, 429); every token to the per-job limits."""
-    # async, with one thread hop: a sync route's response would wait for a second thread (service/api/deps.py)
-    job, replayed = await in_request_thread(
-        request.app.state.request_threads, submission.submit, session, spec,
-        caller=caller, settings=settings, idempotency_key=idempotency_key,
-    )  # fmt: skip
+    job = submission.prepare(spec, caller=caller, settings=settings, idempotency_key=idempotency_key)
+    # on the loop if SQLite's write lock is free this instant, else on one request thread (service/api/loop_writes.py)
+    queued = request.app.state.loop_writes.try_now(submission.queue_once, job, caller=caller, settings=settings)
+    if queued is None:
+        queued = await in_request_thread(request.app.state.request_threads, submission.queue_in_turn, session, job,
+                                         caller=caller, settings=settings)  # fmt: skip
+    job, replayed = queued
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return JobPublic.model_validate(job)
