@@ -20,9 +20,10 @@ timed out waiting for the pool. So:
 
 FastAPI validates a sync route's response model on a second request thread. Where that second hop hurts, a
 route is ``async`` and runs its store work in one ``in_request_thread`` (service/api/threads.py, which also costs the
-loop fewer passes than ``run_in_threadpool``): ``POST /v1/jobs`` and ``POST /v1/evaluations``, whose SQLite writers
-take turns (``one_writer``), so under load the threads are all held by writers in the queue. A submission that had
-committed waited about 250 ms for a thread to validate its response.
+loop fewer passes than ``run_in_threadpool``): ``POST /v1/evaluations``, and ``POST /v1/jobs`` when SQLite's write
+lock is taken (else its write is done on the loop: service/api/loop_writes.py), whose SQLite writers take turns
+(``one_writer``), so under load the threads are all held by writers in the queue. A submission that had committed
+waited about 250 ms for a thread to validate its response.
 """
 
 from __future__ import annotations

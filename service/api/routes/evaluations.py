@@ -44,7 +44,7 @@ async def submit_evaluation(
     """Queue an evaluation: a job's checkpoint (its best step unless `step` is given) or a litellm model the
     operator allows, on a split, with `n` samples per example (best-of-N selection above 1). A client token may have
     as many jobs and evaluations queued as the operator allows (429 beyond)."""
-    # async, with one thread hop, as POST /v1/jobs (service/api/deps.py)
+    # async, with one thread hop (service/api/deps.py); never on the loop: resolving it reads checkpoints from disk
     threads = request.app.state.request_threads
     return await in_request_thread(threads, _queue_evaluation, session, spec, caller=caller, settings=settings)
 

@@ -7,7 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-from service.store.db import make_engine, one_writer
+from service.store.db import make_engine, one_writer, writer_turn_now
 
 
 def test_writers_of_one_sqlite_database_take_turns_and_other_databases_do_not_wait(tmp_path):
@@ -43,6 +43,28 @@ def test_postgresql_writers_are_not_held_back():
     engine = make_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")  # never connects
     with one_writer(engine), one_writer(engine):  # a lock would deadlock here
         pass
+    with writer_turn_now(engine) as ours:  # no turns to take: the event loop leaves PostgreSQL's writes to threads
+        assert ours is False
+
+
+def test_the_turn_now_is_had_only_when_free_and_is_then_held(tmp_path):
+    engine = make_engine(f"sqlite:///{tmp_path}/a.db")
+    with one_writer(engine), writer_turn_now(make_engine(f"sqlite:///{tmp_path}/./a.db")) as ours:
+        assert ours is False  # the same file by another name: the same turn
+    with writer_turn_now(engine) as ours:
+        assert ours is True
+        taken = threading.Event()
+
+        def write() -> None:
+            with one_writer(engine):
+                taken.set()
+
+        waiter = threading.Thread(target=write)
+        waiter.start()
+        waiter.join(0.3)
+        assert waiter.is_alive() and not taken.is_set()  # a thread's writer waits for the turn the loop holds
+    waiter.join(10)
+    assert taken.is_set()
 
 
 def _hold_the_turn(database_url: str, held: Path, release: Path) -> None:
@@ -76,6 +98,8 @@ def test_writers_in_other_processes_take_turns_too(tmp_path):
         waiter.join(0.3)
         assert waiter.is_alive() and order == []  # still waiting for the other process's turn
         release.touch()
+        with writer_turn_now(make_engine(url)) as ours:
+            assert ours is False  # and the event loop does not wait at all
         waiter.join(10)
         assert order == ["here"]
         assert (tmp_path / "a.db.writer-lock").exists()
