@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -57,12 +57,18 @@ class Settings(BaseSettings):
     workers: int = Field(
         1, ge=0, le=64, description="Worker processes `artsvc serve` starts, and starts again when one dies (0: none)."
     )
+    worker_cpu_policy: Literal["idle", "nice"] = Field(
+        "idle",
+        description="How `artsvc serve`'s workers yield the CPU to the API, so requests stay fast while jobs train: "
+        "`idle`, Linux's SCHED_IDLE (only CPU time nothing else wants; a request preempts them at once; elsewhere as "
+        "`nice`); `nice`, a niceness `worker_nice` higher (shares by weight).",
+    )
     worker_nice: int = Field(
         10,
         ge=0,
         le=19,
-        description="CPU niceness `artsvc serve` adds to its workers, so requests stay fast while "
-        "jobs train (0: the API's priority).",
+        description="CPU niceness `artsvc serve` adds to its workers under `worker_cpu_policy` `nice` "
+        "(0: the API's priority).",
     )
     worker_grace_s: float = Field(
         120.0,

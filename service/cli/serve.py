@@ -82,7 +82,7 @@ def serve(
     }  # fmt: skip
     settings = _settings({name: value for name, value in overrides.items() if value is not None})
     if listen_fd is not None:  # one of the API processes of a serve with --api-processes above 1
-        if supervised_by is None or settle_as_child(nice=0, parent=supervised_by):
+        if supervised_by is None or settle_as_child(parent=supervised_by):
             _serve_on(_inherited(listen_fd), settings, access_log=access_log)
         return
     if settings.api_processes > 1:

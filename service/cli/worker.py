@@ -5,8 +5,8 @@ step; its lease is released so another worker resumes it at once. A second signa
 (the leases then expire, as after a crash, and other workers take the jobs over).
 
 ``artsvc serve`` starts its workers with ``--supervised-by`` (its pid): such a worker lowers its
-CPU priority by ``ARTSVC_WORKER_NICE`` and, on Linux, gets SIGTERM when serve dies; a second
-signal changes nothing (serve kills it when its grace period is over).
+CPU priority (``ARTSVC_WORKER_CPU_POLICY``: SCHED_IDLE, or ``ARTSVC_WORKER_NICE``) and, on Linux, gets
+SIGTERM when serve dies; a second signal changes nothing (serve kills it when its grace period is over).
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ def worker(
     """Train queued jobs until SIGTERM or Ctrl-C (the database must be migrated: `artsvc db upgrade`)."""
     wait_passively()  # before torch loads
     settings = get_settings()
-    if supervised_by is not None and not settle_as_child(nice=settings.worker_nice, parent=supervised_by):
+    if supervised_by is not None and not settle_as_child(
+        parent=supervised_by, cpu_policy=settings.worker_cpu_policy, nice=settings.worker_nice
+    ):
         return  # serve is gone already
     if concurrency is not None:
         settings = settings.model_copy(update={"worker_concurrency": concurrency})

@@ -10,8 +10,8 @@ before dying was healthy, and its successor waits only the first pause. Its jobs
 resumes them from their last checkpoint. Stopping sends SIGTERM to every child (each finishes or checkpoints its
 current step and hands its jobs back), waits up to the grace period, then SIGKILLs what is left.
 
-The children yield the CPU to the API (``settle_as_child``: a higher niceness), so requests stay fast while jobs
-train, and on Linux they get SIGTERM when their supervisor dies, so a killed ``serve`` leaves no worker behind.
+The worker children yield the CPU to the API (``settle_as_child``: SCHED_IDLE, or a higher niceness), so requests
+stay fast while jobs train, and on Linux they get SIGTERM when their supervisor dies, so a killed ``serve`` leaves no worker behind.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from pathlib import Path
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from service.cpu import yield_cpu
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -74,11 +75,12 @@ def _child_env(settings: Settings, **extra: str) -> dict[str, str]:
     return {**os.environ, **env, **extra}
 
 
-def settle_as_child(*, nice: int, parent: int) -> bool:
-    """What a supervised worker does first, before it starts any thread: lower its CPU priority by ``nice`` and, on
-    Linux, ask for SIGTERM when ``parent`` dies. False if ``parent`` is already gone (the worker should not start)."""
-    if nice:
-        os.nice(nice)
+def settle_as_child(*, parent: int, cpu_policy: str | None = None, nice: int = 0) -> bool:
+    """What a supervised child does first, before it starts any thread: a worker lowers its CPU priority
+    (``service.cpu.yield_cpu`` with ``cpu_policy`` and ``nice``; an API process passes no policy and keeps its own)
+    and, on Linux, asks for SIGTERM when ``parent`` dies. False if ``parent`` is already gone (it should not start)."""
+    if cpu_policy is not None:
+        yield_cpu(policy=cpu_policy, nice=nice)
     if sys.platform == "linux":
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     return os.getppid() == parent
