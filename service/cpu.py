@@ -9,9 +9,8 @@ the machine, passive waits cost 3% (1.58 s against 1.53 s). Every
 training process therefore waits passively unless the operator set ``OMP_WAIT_POLICY`` (libgomp reads it once,
 when torch loads: call this first). It changes how threads wait, never what they compute.
 
-A supervised worker also lowers its priority (``yield_cpu``). A higher niceness only weights the shares: with 50
-connections back to back at the API while a job trained on 2 cores, the worker at nice 10 still held both cores'
-worth of threads when a request woke the API. Linux's SCHED_IDLE gives a worker only the CPU time that nothing at
+A supervised worker also lowers its priority (``yield_cpu``). A higher niceness only weights the shares, and the
+scheduler may let a running worker thread finish its time slice before the API, woken by a request, gets the core. Linux's SCHED_IDLE gives a worker only the CPU time that nothing at
 normal priority wants, and a task that wakes preempts it at once. Alternated on one live job (the worker's threads
 switched every 15 s, seven rounds each, ``bench/worker_cpu_ab.py``), medians over rounds: GET p99 64.3 against
 79.7 ms, 1.14x the requests a second, and a lower GET p99 in 6 of 7 rounds.

@@ -16,10 +16,13 @@ LEASE_SECONDS = 3  # a killed worker's jobs are taken over within seconds
 
 def environment(*, database_url: str, data_dir: Path, **extra: str) -> dict[str, str]:
     """This process's environment without its ``ARTSVC_*`` variables, plus the store, the data folder (shared by every
-    worker: the checkpoints live there), short leases, quick polls, and ``extra``."""
+    worker: the checkpoints live there), short leases, quick polls, serve's workers at a niceness rather than in
+    SCHED_IDLE (the suite's other pytest process keeps the cores busy, and a SCHED_IDLE worker would wait it out), and
+    ``extra``."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("ARTSVC_")}
     return env | {"ARTSVC_DATABASE_URL": database_url, "ARTSVC_DATA_DIR": str(data_dir),
-                  "ARTSVC_LEASE_SECONDS": str(LEASE_SECONDS), "ARTSVC_POLL_SECONDS": "0.2", **extra}  # fmt: skip
+                  "ARTSVC_LEASE_SECONDS": str(LEASE_SECONDS), "ARTSVC_POLL_SECONDS": "0.2",
+                  "ARTSVC_WORKER_CPU_POLICY": "nice", **extra}  # fmt: skip
 
 
 class _Logged:

@@ -38,8 +38,9 @@ def start_serve(engine, tmp_path) -> Iterator[Callable[..., ServeProcess]]:
     """``start_serve(*args)``: ``artsvc serve`` on the test's store; it and its workers are killed at the end if left."""
     started: list[ServeProcess] = []
 
-    def start(*args: str) -> ServeProcess:
-        env = environment(database_url=engine.url.render_as_string(hide_password=False), data_dir=tmp_path / "data")
+    def start(*args: str, **env: str) -> ServeProcess:
+        database_url = engine.url.render_as_string(hide_password=False)
+        env = environment(database_url=database_url, data_dir=tmp_path / "data", **env)
         serve = ServeProcess(*args, env=env, log_path=tmp_path / f"serve-{len(started) + 1}.log")
         started.append(serve)
         return serve
@@ -102,13 +103,13 @@ def assert_gone(pids: set[int]) -> None:
 
 @pytest.mark.timeout(300)
 def test_two_workers_run_as_children_of_serve_at_a_lower_cpu_priority_and_stop_with_it(engine, start_serve):
-    serve = start_serve("--workers", "2")
+    serve = start_serve("--workers", "2", ARTSVC_WORKER_CPU_POLICY="idle")  # the default, which the suite sets aside
     pids = wait_for(lambda: pids_of(engine, 2), what="2 live workers", timeout=240, workers=(serve,))
     assert children_of(serve.process.pid) == pids
     ours = os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0)
     api = os.getpriority(os.PRIO_PROCESS, serve.process.pid), os.sched_getscheduler(serve.process.pid)
     assert api == ours  # the API keeps its priority
-    assert {os.sched_getscheduler(pid) for pid in pids} == {os.SCHED_IDLE}  # ARTSVC_WORKER_CPU_POLICY's default
+    assert {os.sched_getscheduler(pid) for pid in pids} == {os.SCHED_IDLE}
     health = httpx.get(f"{serve.url}/healthz", timeout=30).json()
     assert (health["status"], health["workers"]["alive"]) == ("ok", 2)
 
