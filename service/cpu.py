@@ -10,8 +10,9 @@ training process therefore waits passively unless the operator set ``OMP_WAIT_PO
 when torch loads: call this first). It changes how threads wait, never what they compute.
 
 A supervised worker also lowers its priority (``yield_cpu``). A higher niceness only weights the shares, and the
-scheduler may let a running worker thread finish its time slice before the API, woken by a request, gets the core. Linux's SCHED_IDLE gives a worker only the CPU time that nothing at
-normal priority wants, and a task that wakes preempts it at once. Alternated on one live job (the worker's threads
+scheduler may let a running worker thread finish its time slice before the API, woken by a request, gets the core.
+Linux's SCHED_IDLE gives a worker only the CPU time that nothing at normal priority wants, and a task that wakes
+preempts it at once. Alternated on one live job (the worker's threads
 switched every 15 s, seven rounds each, ``bench/worker_cpu_ab.py``), medians over rounds: GET p99 64.3 against
 79.7 ms, 1.14x the requests a second, and a lower GET p99 in 6 of 7 rounds.
 """
