@@ -128,7 +128,7 @@ def queue_once(session: Session, job: Job, *, caller: Principal, settings: Setti
         session.commit()
         return earlier, True
     _refuse_full_queue(session, caller=caller, settings=settings)
-    runs.queue(session, job)
+    runs.insert_queued(session, job)
     try:
         session.commit()
     except IntegrityError:  # a concurrent request with the same key committed first

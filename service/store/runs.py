@@ -40,8 +40,29 @@ STEP_EVENT_KINDS = ("step", "validation", "alert")  # events that belong to a st
 def queue(session: Session, job: Job) -> Job:
     """Add ``job`` (made by ``new_job``) to the queue, with its ``queued`` event."""
     session.add(job)
-    append_event(session, job_id=job.id, kind="queued", data={"environment": job.environment, "kind": job.kind})
+    append_event(session, job_id=job.id, kind="queued", data=_queued_event_data(job))
     return job
+
+
+def insert_queued(session: Session, job: Job) -> Job:
+    """``queue`` for a submission, whose write the API may run on its event loop: the job's row and its ``queued``
+    event as two Core inserts on the session's connection, no unit of work (the ORM's flush was a third of a
+    submission's time there). ``job`` stays outside the session: read it, do not change it. No row lock is taken:
+    until this transaction commits, no one else can see the job."""
+    connection = session.connection()
+    connection.execute(_INSERT_JOB, {column: getattr(job, column) for column in _JOB_COLUMNS})
+    event = {"job_id": job.id, "kind": "queued", "step": None, "data": _queued_event_data(job), "created_at": utcnow()}
+    connection.execute(_INSERT_EVENT, event)
+    return job
+
+
+def _queued_event_data(job: Job) -> dict[str, Any]:
+    return {"environment": job.environment, "kind": job.kind}
+
+
+_JOB_COLUMNS = tuple(Job.__table__.columns.keys())  # type: ignore[attr-defined]
+_INSERT_JOB = Job.__table__.insert()  # type: ignore[attr-defined]
+_INSERT_EVENT = JobEvent.__table__.insert()  # type: ignore[attr-defined]
 
 
 def create_job(
