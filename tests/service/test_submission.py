@@ -12,6 +12,7 @@ from service import manifests, submission
 from service.auth import LOCAL_PRINCIPAL, Principal, create_token
 from service.settings import Settings
 from service.spec import EvaluationSpec, JobSpec
+from service.store import events
 from service.store.tables import Job, JobKind, JobStatus, Role
 
 MATH = {"environment": "math"}
@@ -57,6 +58,18 @@ def test_a_job_is_queued_with_its_manifest(engine, settings, client):
     assert row.id == job.id and row.manifest == expected
     assert row.manifest["code_version"] == manifests.code_version() and "runtime" not in row.manifest
 
+
+
+def test_the_stored_job_and_its_queued_event_are_what_the_submission_returned(engine, settings, client):
+    """The submission writes with Core inserts (runs.insert_queued): every column must reach the row as the job
+    returned to the client has it, on both databases, and the job's log must start with its ``queued`` event."""
+    job, _ = submit(engine, settings, MATH, caller=client, key="k-1")
+    [row] = stored(engine)
+    assert row.model_dump() == job.model_dump()
+    with Session(engine) as session:
+        [event] = events.events_after(session, job_id=job.id)
+    assert (event.kind, event.step, event.data) == ("queued", None, {"environment": "math", "kind": "training"})
+    assert abs((event.created_at - row.created_at).total_seconds()) < 60
 
 def test_a_retry_with_the_same_key_is_the_same_job_and_another_spec_is_a_conflict(engine, settings, client):
     first, replayed = submit(engine, settings, MATH, caller=client, key="k-1")
