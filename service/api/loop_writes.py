@@ -11,7 +11,8 @@ this process nor another API process is writing) and then ``BEGIN IMMEDIATE`` on
 zero, which takes SQLite's write lock or fails at once. Either refusal costs microseconds, and the submission goes to
 a request thread as before. A write the loop does is the same few statements and one commit that the thread would
 have done holding the GIL, except the commit's sync of SQLite's log, during which a thread lets the loop run: timed
-on the loop under that load, a write took 1.1 ms (median) and 3 ms (p99), the commit 0.45 and 2.1 ms of it. On a disk
+on the loop under that load, a write took 1.1 ms (median) and 3 ms (p99), the commit 0.45 and 2.1 ms of it. The rows go
+in as two Core inserts (``runs.insert_queued``): through the ORM's unit of work the same write took 1.3x as long. On a disk
 whose syncs take much longer, every submission holds the loop that long: PostgreSQL is the store for such a box.
 
 PostgreSQL takes no part: its writes wait on row locks and round trips, so they stay on the request threads.
