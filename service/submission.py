@@ -128,10 +128,10 @@ def queue_once(session: Session, job: Job, *, caller: Principal, settings: Setti
         session.commit()
         return earlier, True
     _refuse_full_queue(session, caller=caller, settings=settings)
-    runs.insert_queued(session, job)
     try:
+        runs.insert_queued(session, job)
         session.commit()
-    except IntegrityError:  # a concurrent request with the same key committed first
+    except IntegrityError:  # a concurrent request with the same key committed first (its insert or commit fails)
         session.rollback()
         if (earlier := _earlier(session, job)) is None:
             raise

@@ -4,6 +4,9 @@ likewise, and what the worker keeps of the manifest."""
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from sqlmodel import Session, select
 
@@ -12,7 +15,7 @@ from service import manifests, submission
 from service.auth import LOCAL_PRINCIPAL, Principal, create_token
 from service.settings import Settings
 from service.spec import EvaluationSpec, JobSpec
-from service.store import events
+from service.store import events, jobs, runs
 from service.store.tables import Job, JobKind, JobStatus, Role
 
 MATH = {"environment": "math"}
@@ -59,7 +62,6 @@ def test_a_job_is_queued_with_its_manifest(engine, settings, client):
     assert row.manifest["code_version"] == manifests.code_version() and "runtime" not in row.manifest
 
 
-
 def test_the_stored_job_and_its_queued_event_are_what_the_submission_returned(engine, settings, client):
     """The submission writes with Core inserts (runs.insert_queued): every column must reach the row as the job
     returned to the client has it, on both databases, and the job's log must start with its ``queued`` event."""
@@ -70,6 +72,24 @@ def test_the_stored_job_and_its_queued_event_are_what_the_submission_returned(en
         [event] = events.events_after(session, job_id=job.id)
     assert (event.kind, event.step, event.data) == ("queued", None, {"environment": "math", "kind": "training"})
     assert abs((event.created_at - row.created_at).total_seconds()) < 60
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_an_operator_s_twin_that_loses_the_race_for_its_key_gets_the_first_job(engine, settings):
+    """Operators' submissions are not held (tenancy.hold_queue), so on PostgreSQL two with one key can both find no
+    earlier job and insert; the loser's insert waits on the key's unique index and fails once the winner commits. It
+    must answer with the winner's job, not a 500. The winner here is a transaction held open by the test."""
+    spec = JobSpec.model_validate(MATH)
+    winner = runs.new_job(spec=spec, owner_id=LOCAL_PRINCIPAL.id, idempotency_key="twin", request_hash=jobs.request_hash(spec))
+    with Session(engine) as held, ThreadPoolExecutor(1) as pool:
+        runs.insert_queued(held, winner)  # uncommitted: the twin's check for an earlier job cannot see it
+        twin = pool.submit(submit, engine, settings, MATH, key="twin")
+        time.sleep(1)  # the twin reaches its insert and waits on the unique index
+        held.commit()
+        job, replayed = twin.result(timeout=30)
+    assert (job.id, replayed) == (winner.id, True)
+    assert [row.id for row in stored(engine)] == [winner.id]
+
 
 def test_a_retry_with_the_same_key_is_the_same_job_and_another_spec_is_a_conflict(engine, settings, client):
     first, replayed = submit(engine, settings, MATH, caller=client, key="k-1")
