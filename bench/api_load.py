@@ -4,9 +4,10 @@ Two runs of ``artsvc serve``, each on a fresh SQLite store, each loaded by
 ``bench/http_load.py`` in a process of its own: ``--connections`` keep-alive connections spread over
 ``--tokens`` operator tokens (the server caps requests in progress per credential: 16 by default), sending
 ``GET /v1/jobs/{id}``, every ``--post-every``-th request a ``POST /v1/jobs`` instead, at each of ``--rates``
-in turn: requests a second offered on a fixed schedule (open loop: what a client sees at that load), and
+in turn: requests a second offered on a fixed schedule (open loop: what a client sees at that load),
 ``closed`` for back to back (closed loop: how much the server can do; its latencies are queueing, by Little's
-law connections / throughput).
+law connections / throughput), and ``closed-gets``, the closed loop with GETs only (the issue's own measurement:
+50 keep-alive connections reading one job).
 
 - idle: ``serve --no-worker``; the job waits in the queue.
 - training: ``serve`` with its supervised worker training the default math job (SmolLM2, transformers
@@ -19,7 +20,7 @@ cost per request is part of what the server competes with.
 
 ``--api-processes N`` serves with ``serve --api-processes N`` (N processes answering on one socket).
 
-    python bench/api_load.py [--rates 100,200,300,closed] [--connections 50] [--seconds 20] [--load-steps 3]
+    python bench/api_load.py [--rates 100,200,300,closed,closed-gets] [--connections 50] [--seconds 20] [--load-steps 3]
                              [--api-processes 1]
 """
 
@@ -36,7 +37,7 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -53,6 +54,20 @@ TRAINING_SPEC = {
     "validation": {"every_n_steps": 10_000, "patience": 1000},
 }
 QUEUED_SPEC = {"environment": "math", "training": {"max_steps": 1}}
+GETS_ONLY = "closed-gets"
+
+
+class Load(NamedTuple):
+    """Requests a second offered (0: back to back), and every how many requests a POST (0: none)."""
+
+    rate: float
+    post_every: int
+
+    @property
+    def label(self) -> str:
+        if self.rate:
+            return f"{self.rate:g} req/s offered"
+        return "closed loop" if self.post_every else "closed loop, GETs only"
 
 
 class Server:
@@ -78,13 +93,11 @@ def cli(env: dict[str, str], *args: str) -> str:
     return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
 
 
-def generate_load(
-    base: str, tokens: list[str], job_id: str, args: argparse.Namespace, rate: float
-) -> dict[str, Any]:
+def generate_load(base: str, tokens: list[str], job_id: str, args: argparse.Namespace, load: Load) -> dict[str, Any]:
     command = [
         sys.executable, str(ROOT / "bench" / "http_load.py"), "--base", base, "--tokens", ",".join(tokens),
         "--get-path", f"/v1/jobs/{job_id}", "--post-path", "/v1/jobs", "--post-body", json.dumps(QUEUED_SPEC),
-        "--post-every", str(args.post_every), "--connections", str(args.connections), "--seconds", str(args.seconds), "--rate", str(rate),
+        "--post-every", str(load.post_every), "--connections", str(args.connections), "--seconds", str(args.seconds), "--rate", str(load.rate),
         "--with-samples",
     ]  # fmt: skip
     return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
@@ -108,12 +121,12 @@ def idle_run(env: dict[str, str], tokens: list[str], args: argparse.Namespace) -
     headers = {"Authorization": f"Bearer {tokens[0]}"}
     with Server(env, "--no-worker", "--api-processes", str(args.api_processes)) as server:
         job = httpx.post(f"{server.base}/v1/jobs", json=TRAINING_SPEC, headers=headers, timeout=60).raise_for_status()
-        return {label(rate): merge([generate_load(server.base, tokens, job.json()["id"], args, rate)]) for rate in args.rates}
+        return {load.label: merge([generate_load(server.base, tokens, job.json()["id"], args, load)]) for load in args.loads}
 
 
 def training_run(env: dict[str, str], tokens: list[str], args: argparse.Namespace) -> dict[str, Any]:
-    """Step times with no load, then at each rate the load (repeated in ``--seconds`` slices) until
-    ``--load-steps`` steps ran wholly inside it; a rate's latencies are those of all its slices together."""
+    """Step times with no load, then each load (repeated in ``--seconds`` slices) until ``--load-steps`` steps ran
+    wholly inside it; a load's latencies are those of all its slices together."""
     headers = {"Authorization": f"Bearer {tokens[0]}"}
     result: dict[str, Any] = {}
     with Server(env, "--api-processes", str(args.api_processes)) as server:
@@ -126,21 +139,17 @@ def training_run(env: dict[str, str], tokens: list[str], args: argparse.Namespac
         wait_for_step(server.base, headers, job["id"], 1 + args.quiet_steps)
         quiet = steps(server.base, headers, job["id"])[1:]  # the first step also loads the model
         result["step_wall_s_no_load"] = {"steps": len(quiet), "median": median_wall(quiet)}
-        for rate in args.rates:
+        for load in args.loads:
             load_started = datetime.now().astimezone()
             slices = []
             while True:
-                slices.append(generate_load(server.base, tokens, job["id"], args, rate))
+                slices.append(generate_load(server.base, tokens, job["id"], args, load))
                 load_ended = datetime.now().astimezone()
                 inside = [s for s in steps(server.base, headers, job["id"]) if wholly_inside(s, load_started, load_ended)]
                 if len(inside) >= args.load_steps:
                     break
-            result[label(rate)] = {**merge(slices), "step_wall_s": {"steps": len(inside), "median": median_wall(inside)}}
+            result[load.label] = {**merge(slices), "step_wall_s": {"steps": len(inside), "median": median_wall(inside)}}
     return result
-
-
-def label(rate: float) -> str:
-    return f"{rate:g} req/s offered" if rate else "closed loop"
 
 
 def median_wall(rows: list[dict[str, Any]]) -> float:
@@ -168,7 +177,7 @@ def merge(slices: list[dict[str, Any]]) -> dict[str, Any]:
         },
     }
     merged["requests_per_s"] = round(merged["requests"] / merged["seconds"], 1)
-    names = slices[0]["latencies_s"]
+    names = [name for name in slices[0]["latencies_s"] if name in slices[0]["endpoints"]]  # those sent
     merged["endpoints"] = {name: summary([v for s in slices for v in s["latencies_s"][name]]) for name in names}
     merged["p99_ms_by_slice"] = {name: [s["endpoints"][name]["p99_ms"] for s in slices] for name in names}
     return merged
@@ -184,16 +193,18 @@ def in_fresh_store(run: Callable[..., dict[str, Any]], args: argparse.Namespace)
         return run(env, tokens, args)
 
 
-def rates(text: str) -> list[float]:
-    return [0.0 if part.strip() == "closed" else float(part) for part in text.split(",")]
+def loads(text: str, post_every: int) -> list[Load]:
+    """``--rates``: numbers (requests a second), ``closed`` and ``closed-gets``."""
+    names = [part.strip() for part in text.split(",")]
+    return [Load(0.0, 0) if name == GETS_ONLY else Load(0.0 if name == "closed" else float(name), post_every) for name in names]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--connections", type=int, default=50)
     parser.add_argument("--tokens", type=int, default=5, help="operator tokens the connections are spread over")
-    parser.add_argument("--rates", type=rates, default=rates("100,200,300,closed"),
-                        help="comma-separated requests a second to offer, `closed` for back to back")
+    parser.add_argument("--rates", default="100,200,300,closed", help="comma-separated requests a second to offer, "
+                        f"`closed` for back to back, `{GETS_ONLY}` back to back with no POSTs")
     parser.add_argument("--seconds", type=float, default=20, help="length of each idle load, and of each training slice")
     parser.add_argument("--post-every", type=int, default=10, help="every n-th request is a POST /v1/jobs")
     parser.add_argument("--quiet-steps", type=int, default=3, help="training steps timed with no load")
@@ -201,6 +212,7 @@ def main() -> None:
     parser.add_argument("--api-processes", type=int, default=1, help="`serve --api-processes`: processes answering")
     parser.add_argument("--out", type=Path, default=RESULTS / "api_load.json")
     args = parser.parse_args()
+    args.loads = loads(args.rates, args.post_every)
     result = {"idle": in_fresh_store(idle_run, args), "training": in_fresh_store(training_run, args)}
     result["machine"] = machine()
     result["store"] = "sqlite"
@@ -209,14 +221,18 @@ def main() -> None:
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print("| run | load | GET p50 / p99 | POST p50 / p99 | errors | throughput | step wall time (median) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    for run, loads in (("no job training", result["idle"]), ("a job training", result["training"])):
-        for rate in map(label, args.rates):
-            stats = loads[rate]
-            get, post = (stats["endpoints"][name] for name in ("GET /v1/jobs/{id}", "POST /v1/jobs"))
+    for run, runs in (("no job training", result["idle"]), ("a job training", result["training"])):
+        for load in args.loads:
+            stats = runs[load.label]
+            get, post = (stats["endpoints"].get(name, {}) for name in ("GET /v1/jobs/{id}", "POST /v1/jobs"))
             step = stats.get("step_wall_s", {}).get("median", "–")
-            print(f"| {run} | {rate} | {get['p50_ms']} / {get['p99_ms']} ms | {post['p50_ms']} / {post['p99_ms']} ms "
+            print(f"| {run} | {load.label} | {ms(get)} | {ms(post)} "
                   f"| {stats['errors']} | {stats['requests_per_s']} req/s | {step} s |")  # fmt: skip
     print(f"step wall time with no load: {result['training']['step_wall_s_no_load']['median']} s (median)")
+
+
+def ms(endpoint: dict[str, Any]) -> str:
+    return f"{endpoint['p50_ms']} / {endpoint['p99_ms']} ms" if endpoint else "–"
 
 
 if __name__ == "__main__":

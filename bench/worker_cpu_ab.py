@@ -30,7 +30,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from api_load import TRAINING_SPEC, Server, generate_load, in_fresh_store, wait_for_step  # noqa: E402
+from api_load import TRAINING_SPEC, Load, Server, generate_load, in_fresh_store, wait_for_step  # noqa: E402
 from env_rl import machine  # noqa: E402
 
 POLICIES = {"idle": os.SCHED_IDLE, "nice": os.SCHED_OTHER}
@@ -68,7 +68,7 @@ def alternate(env: dict[str, str], tokens: list[str], args: argparse.Namespace) 
         for round_ in range(args.rounds):
             for policy in POLICIES if round_ % 2 == 0 else reversed(POLICIES):
                 set_policy(worker, policy)
-                load = generate_load(server.base, tokens, job.json()["id"], args, 0.0)
+                load = generate_load(server.base, tokens, job.json()["id"], args, Load(0.0, args.post_every))
                 runs[policy].append({
                     "requests_per_s": load["requests_per_s"], "errors": load["errors"],
                     **{f"{name.split()[0]} {q}": stats[q] for name, stats in load["endpoints"].items() for q in ("p50_ms", "p99_ms")},
