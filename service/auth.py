@@ -26,9 +26,8 @@ from service.store.tables import LOCAL_OWNER, ApiToken, BrowserSession, Role, ut
 TOKEN_PREFIX = "artsvc_"
 SESSIONS_PER_TOKEN = 16  # live dashboard logins one token may hold; a new login beyond ends the oldest
 
-_LIVE_TOKEN = select(ApiToken.id, ApiToken.role).where(
-    ApiToken.token_hash == bindparam("token_hash"), col(ApiToken.revoked_at).is_(None)
-)
+LIVE_TOKEN = (ApiToken.token_hash == bindparam("token_hash"), col(ApiToken.revoked_at).is_(None))  # bind token_hash
+_LIVE_TOKEN = select(ApiToken.id, ApiToken.role).where(*LIVE_TOKEN)
 _BROWSER_LOGIN = (
     select(
         BrowserSession.revoked_at, BrowserSession.expires_at,

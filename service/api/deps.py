@@ -33,19 +33,25 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import Connection, Row
+from sqlalchemy import Connection, Row, bindparam
 from sqlalchemy.engine import Engine
-from sqlmodel import Session
+from sqlmodel import Session, col, select
 
 from service.api.browser_auth import SESSION_COOKIE, cookie_caller, refuse_cross_site
-from service.auth import LOCAL_PRINCIPAL, Principal, authenticate
+from service.auth import LIVE_TOKEN, LOCAL_PRINCIPAL, Principal, authenticate, hash_token
 from service.settings import Settings
 from service.store import runs
-from service.store.tables import Job, JobKind
+from service.store.tables import ApiToken, Job, JobKind
 
 T = TypeVar("T")
 J = TypeVar("J", Job, Row[Any])
 bearer = HTTPBearer(auto_error=False, description="A token from `artsvc token create`.")
+BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+_CALLER_AND_JOB = (
+    select(col(ApiToken.id).label("caller_id"), col(ApiToken.role).label("caller_role"), *runs.SHOWN_COLUMNS)
+    .outerjoin_from(ApiToken, Job, col(Job.id) == bindparam("job_id"))
+    .where(*LIVE_TOKEN)
+)  # a live token's row, with the job's columns, or NULLs where there is no such job
 
 
 async def get_engine(request: Request) -> Engine:
@@ -75,25 +81,29 @@ SessionDep = Annotated[Session, Depends(get_session, scope="function")]  # close
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
-async def get_caller(
-    request: Request,
-    settings: SettingsDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-) -> Principal:
+async def get_caller(request: Request, settings: SettingsDep, credentials: BearerDep) -> Principal:
     """The caller of a bearer token, or (only without an Authorization header) of the dashboard's session cookie,
     whose state changes must come from this server's own pages (service/api/browser_auth.py)."""
     if settings.local_mode:
         refuse_cross_site(request)  # no credential at all: only another site's page could make this a forgery
         return LOCAL_PRINCIPAL
-    token = credentials.credentials if credentials is not None and credentials.scheme.lower() == "bearer" else None
+    token = _bearer_token(credentials)
     if token is None and "authorization" not in request.headers and request.cookies.get(SESSION_COOKIE):
         return read_now(request, lambda connection: cookie_caller(request, connection))
     if token is None:
         raise HTTPException(401, "missing bearer token (create one with `artsvc token create`)", {"WWW-Authenticate": "Bearer"})
     principal = read_now(request, authenticate, token=token)
     if principal is None:
-        raise HTTPException(401, "unknown or revoked token", {"WWW-Authenticate": "Bearer"})
+        raise _unknown_token()
     return principal
+
+
+def _bearer_token(credentials: HTTPAuthorizationCredentials | None) -> str | None:
+    return credentials.credentials if credentials is not None and credentials.scheme.lower() == "bearer" else None
+
+
+def _unknown_token() -> HTTPException:
+    return HTTPException(401, "unknown or revoked token", {"WWW-Authenticate": "Bearer"})
 
 
 CallerDep = Annotated[Principal, Depends(get_caller)]
@@ -119,6 +129,28 @@ def visible_job_row(connection: Connection, *, caller: Principal, job_id: str) -
     """``visible_job`` for a training job only shown, not changed: its Core row, read without a session."""
     row = runs.job_row(connection, job_id=job_id) if runs.is_job_id(job_id) else None
     return _if_visible(row, caller=caller, job_id=job_id, kind=JobKind.training)
+
+
+async def visible_job_now(request: Request, credentials: HTTPAuthorizationCredentials | None, *, job_id: str) -> Row[Any]:
+    """``get_caller`` then ``visible_job_row`` for ``GET /v1/jobs/{id}``, the path operators poll: with a bearer token,
+    the token and the job are one statement (one execution on the loop, one round trip to PostgreSQL, not two);
+    local mode, the dashboard's cookie and a missing token go ``get_caller``'s way."""
+    settings: Settings = request.app.state.settings
+    token = _bearer_token(credentials)
+    if token is None or settings.local_mode:
+        caller = await get_caller(request, settings, credentials)
+        return read_now(request, visible_job_row, caller=caller, job_id=job_id)
+    found = read_now(request, _caller_and_job_row, token=token, job_id=job_id if runs.is_job_id(job_id) else None)
+    if found is None:
+        raise _unknown_token()
+    caller = Principal(id=found.caller_id, role=found.caller_role)
+    return _if_visible(found if found.id is not None else None, caller=caller, job_id=job_id, kind=JobKind.training)
+
+
+def _caller_and_job_row(connection: Connection, *, token: str, job_id: str | None) -> Row[Any] | None:
+    """A live token's id and role with the job's ``SHOWN_COLUMNS`` (all NULL when no such job); None for a token
+    unknown or revoked."""
+    return connection.execute(_CALLER_AND_JOB, {"token_hash": hash_token(token), "job_id": job_id}).first()
 
 
 def _if_visible(job: J | None, *, caller: Principal, job_id: str, kind: JobKind | None) -> J:

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Header, HTTPException, Query, Request, Response
 
 from service import submission
-from service.api.deps import CallerDep, SessionDep, SettingsDep, read_now, visible_job, visible_job_row
+from service.api.deps import BearerDep, CallerDep, SessionDep, SettingsDep, read_now, visible_job, visible_job_now
 from service.api.errors import ErrorBody
 from service.api.schemas import (
     CostPublic,
@@ -92,9 +92,9 @@ async def list_jobs(
 
 
 @router.get("/jobs/{job_id}")
-async def get_job(job_id: str, request: Request, caller: CallerDep) -> JobPublic:
+async def get_job(job_id: str, request: Request, credentials: BearerDep) -> JobPublic:
     """One job: status, current step, best step and accuracy, stop reason, error."""
-    return JobPublic.model_validate(read_now(request, visible_job_row, caller=caller, job_id=job_id))
+    return JobPublic.model_validate(await visible_job_now(request, credentials, job_id=job_id))
 
 
 @router.post("/jobs/{job_id}/cancel", responses=ENDED)

@@ -7,11 +7,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from sqlmodel import Session
+from sqlmodel import Session, select
 
 from service.store import events, runs
 from service.store.records import StepCreate, ValidationCreate
-from service.store.tables import Role
+from service.store.tables import ApiToken, JobKind, Role, utcnow
 from tests.databases import sqlite_only
 
 JOB_FIELDS = {
@@ -225,3 +225,30 @@ def rollout(index: int) -> dict:
     messages = [{"role": "user", "content": "2+2="}, {"role": "assistant", "content": "4"}]
     return {"group_index": index, "scenario_id": f"s{index}", "reward": 1.0, "messages": messages,
             "details": {"outcome": "correct"}}  # fmt: skip
+
+
+def test_a_job_read_answers_for_its_token_and_owner_as_every_route_does(client, auth, engine):
+    """GET /v1/jobs/{id} reads the bearer token and the job in one statement: a live token sees its own job (an
+    operator's every job), another client's, a missing or a non-job id is 404 alike, a revoked or unknown token 401."""
+    alice, bob, operator = auth(name="alice"), auth(name="bob"), auth(Role.operator, name="ops")
+    alices = submit(client, alice).json()["id"]
+    listed = client.get("/v1/jobs", headers=alice).json()["data"][0]
+    assert client.get(f"/v1/jobs/{alices}", headers=alice).json() == listed
+    assert client.get(f"/v1/jobs/{alices}", headers=operator).json() == listed
+    for headers, job_id in ((bob, alices), (alice, "00000000-0000-4000-8000-000000000000"), (alice, "not-a-job")):
+        response = client.get(f"/v1/jobs/{job_id}", headers=headers)
+        assert (response.status_code, response.json()["detail"]) == (404, f"no job {job_id!r}")
+    with Session(engine) as session:
+        job = runs.get_job(session, job_id=alices)
+        job.kind = JobKind.evaluation  # an evaluation is not a training job: GET /v1/evaluations/{id} shows it
+        session.add(job)
+        session.commit()
+    assert client.get(f"/v1/jobs/{alices}", headers=alice).status_code == 404
+    with Session(engine) as session:
+        token = session.exec(select(ApiToken).where(ApiToken.name == "alice")).one()
+        token.revoked_at = utcnow()
+        session.add(token)
+        session.commit()
+    for headers in (alice, {"Authorization": "Bearer artsvc_not-a-real-token"}):
+        response = client.get(f"/v1/jobs/{alices}", headers=headers)
+        assert (response.status_code, response.json()["detail"]) == (401, "unknown or revoked token")
