@@ -14,6 +14,8 @@ timed out waiting for the pool. So:
   service/api/loop_reads.py: the loop runs one read at a time), as Core statements: no session or identity map,
   which through the ORM cost several times the query itself. They take tens of microseconds on SQLite, whose
   readers never wait for a writer in WAL mode; on PostgreSQL a statement timeout bounds them (service/store/db.py).
+  ``GET /v1/jobs/{id}``, which operators poll, reads its bearer token and its job in one statement
+  (``visible_job_now``): in one process a GET took 220 us instead of 275, and on PostgreSQL it is one round trip.
 - everything else is a sync route run on one request thread, whose session (``SessionDep``) is opened
   without a connection and closed on the loop as soon as the route returns, so no request holds a
   connection while it waits for a thread, and the response is sent without one.
