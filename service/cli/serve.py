@@ -24,9 +24,7 @@ import gc
 import logging
 import signal
 import socket
-import tempfile
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -35,6 +33,7 @@ from pydantic import ValidationError
 
 import environments
 from service.cli.app import app, console, fail, log_to_stderr
+from service.cli.metrics_folder import metrics_folder
 from service.settings import Settings, get_settings
 from service.store.db import StoreError, check_migrated, make_engine
 from service.worker.supervisor import Supervisor, api_processes, settle_as_child, worker_processes
@@ -134,9 +133,9 @@ def _supervise_api_processes(settings: Settings, *, access_log: bool) -> None:
         engine.dispose()
     log_to_stderr()
     sock = _listen(settings.host, settings.port)
-    with tempfile.TemporaryDirectory(prefix="artsvc-metrics-") as status_dir:
-        workers = worker_processes(settings, status_dir=Path(status_dir))
-        apis = api_processes(settings, listen_fd=sock.fileno(), status_dir=Path(status_dir), access_log=access_log)
+    with metrics_folder() as status_dir:
+        workers = worker_processes(settings, status_dir=status_dir)
+        apis = api_processes(settings, listen_fd=sock.fileno(), status_dir=status_dir, access_log=access_log)
         _say_where(sock, settings)
         asyncio.run(_supervise(workers, apis))
     sock.close()
