@@ -11,6 +11,7 @@ the write), summed over the interval from one "step" event to the next, and the 
 that ran them over the same spans (what other processes on a shared machine do not move; on SQLite it
 is all the store's work, on PostgreSQL the server's share is missing from it); statements are counted
 with ``before_cursor_execute``. Intervals with a validation are reported apart (a validation records more).
+Besides the first and last 100 steps, the medians of each tenth of the run show whether the cost trends.
 
     python bench/store_per_step.py [--steps 2000] [--every 10] [--database-url URL] [--out NAME]
 
@@ -45,6 +46,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from env_rl import machine
 
 EDGE = 100  # steps compared at each end of the job
+TENTHS = 10  # the run cut into this many spans of steps, each summed up by its median: the trend, less the noise
 
 
 class StoreMeter:
@@ -144,6 +146,23 @@ def summary(intervals: list[dict]) -> dict:
         "statements_per_step_with_validation": sorted(set(validated)),
         "first_100_statements": statistics.mean(i["statements"] for i in first),
         "last_100_statements": statistics.mean(i["statements"] for i in last),
+        **by_tenth(plain),
+    }
+
+
+def by_tenth(plain: list[dict]) -> dict:
+    """Medians of each tenth of the run, and the last tenth's against the first's. Two windows of 100 steps move by
+    tens of percent from run to run on a shared machine, either way; a cost that grows with the job's length shows
+    here as a rising series, and noise as one that goes up and down."""
+    size = len(plain) // TENTHS
+    spans = [plain[k * size : (k + 1) * size] for k in range(TENTHS)]
+    wall = [round(statistics.median(i["store_s"] for i in span) * 1000, 3) for span in spans]
+    cpu = [round(statistics.median(i["store_cpu_s"] for i in span) * 1000, 3) for span in spans]
+    return {
+        "store_ms_median_by_tenth": wall,
+        "store_cpu_ms_median_by_tenth": cpu,
+        "tenths_ratio_last_to_first": round(wall[-1] / wall[0], 3),
+        "tenths_cpu_ratio_last_to_first": round(cpu[-1] / cpu[0], 3),
     }
 
 
