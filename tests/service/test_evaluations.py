@@ -161,12 +161,13 @@ async def test_an_unknown_provider_or_a_disallowed_model_fails_the_evaluation_wi
 
 @pytest.mark.asyncio
 @sqlite_only
-async def test_a_job_that_names_a_baseline_measures_it_first_and_stops_once_it_beats_it(engine, settings):
+async def test_a_job_that_names_a_baseline_measures_it_first_and_stops_once_it_beats_it(engine, settings, tiny_lm):
     from service.spec import JobSpec
     from service.training.loop import run_job
 
     spec = JobSpec.model_validate({
-        "environment": "math", "training": {"warm_start_examples": 0, "max_steps": 3, "groups_per_step": 2, "group_size": 2},
+        "environment": "math", "model": {"backend": "transformers", "base_model": str(tiny_lm)},  # any policy will do
+        "training": {"warm_start_examples": 0, "max_steps": 3, "groups_per_step": 2, "group_size": 2},
         "validation": {"max_examples": 10, "baseline_model": "openai/clueless", "beat_baseline_by": 0.0},
     })  # fmt: skip
     with Session(engine) as session:
