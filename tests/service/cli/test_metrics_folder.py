@@ -2,57 +2,68 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
+import textwrap
+from pathlib import Path
 
-from service.cli.metrics_folder import metrics_folder, owner_pid, remove_orphans
+from service.cli.metrics_folder import LOCK, metrics_folder, remove_orphans
+
+HOLD_AND_WAIT = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from service.cli.metrics_folder import metrics_folder
+    with metrics_folder(Path(sys.argv[1])) as folder:
+        (folder / "histogram_1.db").write_bytes(b"\\0" * 10)
+        print(folder, flush=True)
+        time.sleep(600)
+""")
 
 
-def dead_pid() -> int:
-    """The id of a process that has exited and been reaped."""
-    process = subprocess.Popen([sys.executable, "-c", "pass"])
-    process.wait()
-    return process.pid
+def serve_like(root):
+    """A process holding a metrics folder in ``root`` as serve does, and the folder."""
+    process = subprocess.Popen([sys.executable, "-c", HOLD_AND_WAIT, str(root)], stdout=subprocess.PIPE, text=True)
+    return process, Path(process.stdout.readline().strip())
 
 
-def test_only_this_user_s_folders_of_dead_serves_are_removed(tmp_path):
-    dead = dead_pid()
-    orphan = tmp_path / f"artsvc-metrics-{dead}-x1y2"
-    (orphan / "sub").mkdir(parents=True)
-    (orphan / "histogram_1.db").write_bytes(b"\0" * 10)
-    live = tmp_path / f"artsvc-metrics-{os.getpid()}-abcd"
-    live.mkdir()
-    unrelated = [tmp_path / "artsvc-metrics-abc", tmp_path / f"artsvc-metrics-{dead}", tmp_path / f"other-{dead}-x"]
-    for folder in unrelated:
-        folder.mkdir()
-    a_file = tmp_path / f"artsvc-metrics-{dead}-file"
+def test_the_folder_of_a_killed_serve_is_removed_and_a_live_one_s_is_not(tmp_path):
+    killed, orphan = serve_like(tmp_path)
+    live, held = serve_like(tmp_path)
+    try:
+        assert remove_orphans(tmp_path) == []  # both alive
+        killed.kill()
+        killed.wait()
+        assert orphan.is_dir()  # kill -9: nothing of its own removed it
+        assert remove_orphans(tmp_path) == [orphan]
+        assert not orphan.exists() and (held / "histogram_1.db").is_file()
+    finally:
+        live.kill()
+        live.wait()
+        killed.stdout.close()
+        live.stdout.close()
+
+
+def test_only_this_user_s_real_folders_with_a_lock_file_are_taken(tmp_path):
+    no_lock = tmp_path / "artsvc-metrics-nolock"  # not serve's, or one from before the lock
+    no_lock.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / LOCK).write_text("")
+    link = tmp_path / "artsvc-metrics-link"
+    link.symlink_to(elsewhere)
+    a_file = tmp_path / "artsvc-metrics-file"
     a_file.write_text("not a folder")
-    target = tmp_path / "elsewhere"
-    target.mkdir()
-    link = tmp_path / f"artsvc-metrics-{dead}-link"
-    link.symlink_to(target)
+    other = tmp_path / "other-name"
+    other.mkdir()
+    (other / LOCK).write_text("")
 
-    assert remove_orphans(tmp_path) == [orphan]
-    assert not orphan.exists()
-    assert live.is_dir() and all(folder.is_dir() for folder in unrelated)
-    assert a_file.is_file() and link.is_symlink() and target.is_dir()
+    assert remove_orphans(tmp_path) == []
+    assert no_lock.is_dir() and link.is_symlink() and (elsewhere / LOCK).is_file() and a_file.is_file() and other.is_dir()
 
 
-def test_a_folder_is_named_for_its_serve_cleans_up_after_dead_ones_and_goes_on_exit(tmp_path):
-    orphan = tmp_path / f"artsvc-metrics-{dead_pid()}-left"
-    orphan.mkdir()
+def test_a_folder_is_held_while_in_use_and_goes_on_exit(tmp_path):
     with metrics_folder(tmp_path) as folder:
-        assert folder.parent == tmp_path and owner_pid(folder.name) == os.getpid()
-        assert not orphan.exists()
+        assert folder.parent == tmp_path and folder.name.startswith("artsvc-metrics-") and (folder / LOCK).is_file()
         (folder / "histogram_7.db").write_bytes(b"\0")
-        assert remove_orphans(tmp_path) == []  # a live serve's folder is never taken
+        assert remove_orphans(tmp_path) == []  # a live serve's folder is never taken, even by its own process
     assert list(tmp_path.iterdir()) == []
-
-
-def test_owner_pid_reads_only_the_names_serve_gives():
-    assert owner_pid("artsvc-metrics-123-abc") == 123
-    assert owner_pid("artsvc-metrics-123-") == 123
-    for name in ("artsvc-metrics-123", "artsvc-metrics--1-x", "artsvc-metrics-0-x", "artsvc-metrics-1e3-x",
-                 "artsvc-metrics-99999999999999999999-x", "metrics-123-x", "artsvc-metrics-٣-x"):  # fmt: skip
-        assert owner_pid(name) is None, name
