@@ -4,7 +4,8 @@ A client token may name only the backends in ``client_backends`` and, beyond the
 model, only those in ``client_base_models`` (``*``: any), and may have ``tenant_max_queued_jobs`` jobs and
 evaluations waiting at most. Operator tokens, and the local single-user mode, choose backends, base models and how
 much to queue themselves: spending the operator's resources is the operator's decision. Every token, an operator's
-too, is held to the per-job limits (``max_steps_per_job``, ``max_rollouts_per_job``), which guard the workers against
+too, is held to the per-job limits (``max_steps_per_job``, ``max_rollouts_per_job``) and the per-phase ones
+(``max_rollouts_per_step``, ``max_warm_start_examples``, ``max_validation_examples``), which guard the workers against
 a slip as much as against a tenant; ``artsvc train`` submits as the local operator and is held to them too
 (service/submission.py makes every check). How many jobs of a tenant run at once, and in what order tenants are
 served, is the workers' side (service/worker/leases.py).
@@ -17,7 +18,7 @@ from sqlmodel import Session, col, select
 
 from environments import Environment
 from service.auth import Principal
-from service.manifests import recommended_base_model
+from service.manifests import recommended_base_model, warm_start_examples
 from service.settings import Settings
 from service.spec import JobSpec
 from service.store.tables import ApiToken, Job, JobStatus
@@ -35,6 +36,8 @@ def refuse_job(spec: JobSpec, env: Environment, *, caller: Principal, settings: 
     if rollouts > settings.max_rollouts_per_job:
         return (f"training: max_steps x groups_per_step x group_size is {rollouts} rollouts, over this server's "
                 f"limit of {settings.max_rollouts_per_job} per job (ARTSVC_MAX_ROLLOUTS_PER_JOB)")  # fmt: skip
+    if (refusal := _refuse_phase_sizes(spec, env, settings)) is not None:
+        return refusal
     if caller.is_operator:
         return None
     if (backend := spec.model.backend) not in settings.client_backends:
@@ -46,6 +49,26 @@ def refuse_job(spec: JobSpec, env: Environment, *, caller: Principal, settings: 
         return None
     return (f"model.base_model: {base_model!r} is not a base model this server lets client tokens use; allowed: "
             f"{', '.join([recommended, *listed])} (the operator sets ARTSVC_CLIENT_BASE_MODELS)")  # fmt: skip
+
+
+def _refuse_phase_sizes(spec: JobSpec, env: Environment, settings: Settings) -> str | None:
+    """Why one phase of ``spec`` is too large for this server (a step's rollouts, the warm start's demonstrations, a
+    validation's examples): each runs as one piece of work on a worker, so each is bounded on its own, not only the
+    job's total."""
+    per_step, limit = spec.training.groups_per_step * spec.training.group_size, settings.max_rollouts_per_step
+    if per_step > limit:
+        return (f"training: groups_per_step x group_size is {per_step} rollouts per step, over this server's limit "
+                f"of {limit} (ARTSVC_MAX_ROLLOUTS_PER_STEP)")  # fmt: skip
+    examples, limit = warm_start_examples(spec, env), settings.max_warm_start_examples
+    if examples > limit:
+        asked = examples if spec.training.warm_start_examples is not None else f"unset, the environment's {examples},"
+        return (f"training.warm_start_examples: {asked} is over this server's limit of {limit} demonstrations per "
+                "warm start (ARTSVC_MAX_WARM_START_EXAMPLES)")  # fmt: skip
+    examples, limit = spec.validation.max_examples, settings.max_validation_examples
+    if examples > limit:
+        return (f"validation.max_examples: {examples} is over this server's limit of {limit} examples per validation "
+                "(ARTSVC_MAX_VALIDATION_EXAMPLES)")  # fmt: skip
+    return None
 
 
 def _rollouts(spec: JobSpec) -> int:

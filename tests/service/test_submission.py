@@ -130,6 +130,10 @@ PYTHON = {"type": "python", "name": "fn", "function": "this.x:y"}
         ({**MATH, "training": {"max_steps": 10_001}}, "over this server's limit of 10000 steps per job"),
         ({**MATH, "training": {"max_steps": 10_000, "groups_per_step": 1024, "group_size": 256}},
          "over this server's limit of 2000000 per job (ARTSVC_MAX_ROLLOUTS_PER_JOB)"),
+        ({**MATH, "training": {"max_steps": 1, "groups_per_step": 1024, "group_size": 256}},
+         "training: groups_per_step x group_size is 262144 rollouts per step, over this server's limit of 1024"),
+        ({**MATH, "training": {"warm_start_examples": 10_000_000}},
+         "training.warm_start_examples: 10000000 is over this server's limit of 100000 demonstrations per warm start"),
     ],
 )  # fmt: skip
 def test_what_this_server_will_not_run_is_a_422_naming_the_field_and_nothing_is_stored(engine, settings, spec, detail):

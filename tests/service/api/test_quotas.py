@@ -1,5 +1,6 @@
 """What one tenant may ask of the server (service/tenancy.py): queued jobs (429, exact under parallel submissions on
-SQLite and PostgreSQL), steps and rollouts per job, and the backends and base models client tokens may name."""
+SQLite and PostgreSQL), steps and rollouts per job, the rollouts of a step, the demonstrations of a warm start and
+the examples of a validation, and the backends and base models client tokens may name."""
 
 from __future__ import annotations
 
@@ -120,6 +121,43 @@ def test_jobs_larger_than_the_per_job_limits_are_refused_for_every_token(serve, 
         assert (response.status_code, response.json()["detail"]) == (422, message)
     small = {**MATH, "training": {"max_steps": 50, "groups_per_step": 4, "group_size": 5}}  # 1000 rollouts
     assert client.post("/v1/jobs", json=small, headers=auth()).status_code == 201
+
+
+@sqlite_only
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({**MATH, "training": {"max_steps": 1, "groups_per_step": 2, "group_size": 2, "warm_start_examples": 10_000_000}},
+         "training.warm_start_examples: 10000000 is over this server's limit of 100000 demonstrations per warm start "
+         "(ARTSVC_MAX_WARM_START_EXAMPLES)"),
+        ({**MATH, "training": {"max_steps": 1, "groups_per_step": 1024, "group_size": 256}},
+         "training: groups_per_step x group_size is 262144 rollouts per step, over this server's limit of 1024 "
+         "(ARTSVC_MAX_ROLLOUTS_PER_STEP)"),
+        ({**MATH, "validation": {"max_examples": 1001}},
+         "validation.max_examples: 1001 is over this server's limit of 1000 examples per validation "
+         "(ARTSVC_MAX_VALIDATION_EXAMPLES)"),
+    ],
+    ids=["warm_start", "step", "validation"],
+)  # fmt: skip
+def test_a_warm_start_a_step_or_a_validation_larger_than_the_per_phase_limits_is_refused_for_every_token(
+    serve, auth, spec, message
+):
+    client = serve()  # the defaults
+    for role in (Role.client, Role.operator):
+        response = client.post("/v1/jobs", json=spec, headers=auth(role))
+        assert (response.status_code, response.json()["detail"]) == (422, message)
+    largest = {**MATH, "training": {"groups_per_step": 32, "group_size": 32}, "validation": {"max_examples": 1000}}
+    assert client.post("/v1/jobs", json=largest, headers=auth()).status_code == 201
+
+
+@sqlite_only
+def test_the_environment_s_recommended_warm_start_is_held_to_the_limit_too(serve, auth):
+    embedded = {**MATH, "model": {"backend": "embedded"}}  # math recommends 51,200 demonstrations from scratch
+    assert serve().post("/v1/jobs", json=embedded, headers=auth()).status_code == 201
+    refused = serve(max_warm_start_examples=50_000).post("/v1/jobs", json=embedded, headers=auth(Role.operator))
+    assert (refused.status_code, refused.json()["detail"]) == (422, (
+        "training.warm_start_examples: unset, the environment's 51200, is over this server's limit of 50000 "
+        "demonstrations per warm start (ARTSVC_MAX_WARM_START_EXAMPLES)"))  # fmt: skip
 
 
 @sqlite_only
