@@ -130,6 +130,24 @@ class Settings(BaseSettings):
     max_rollouts_per_job: int = Field(
         2_000_000, ge=1, le=10**9, description="Largest max_steps x groups_per_step x group_size a job may ask for."
     )
+    max_rollouts_per_step: int = Field(
+        1024,
+        ge=2,
+        le=262_144,
+        description="Largest groups_per_step x group_size a job may ask for: the rollouts one training step holds "
+        "in memory and gathers at once.",
+    )
+    max_warm_start_examples: int = Field(
+        100_000,
+        ge=0,
+        le=10_000_000,
+        description="Most demonstrations one warm start may train on (training.warm_start_examples, or the "
+        "environment's recommendation when unset; math's is 51,200 on the embedded backend).",
+    )
+    max_validation_examples: int = Field(
+        1_000, ge=1, le=100_000, description="Largest validation.max_examples a job may ask for (rolled out twice per "
+        "validation: sampled and greedy)."
+    )
     client_backends: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["transformers", "embedded"],
         description="Backends client tokens may name, comma-separated (serverless spends the operator's credentials).",
