@@ -25,9 +25,10 @@ from fastapi import FastAPI
 from sqlalchemy.engine import Engine
 
 from service import __version__
-from service.api import errors, limits, metrics, overload
+from service.api import errors, hosts, limits, metrics, overload
 from service.api.loop_reads import LoopReads
 from service.api.loop_writes import LoopWrites
+from service.api.slot_owners import SlotOwners
 from service.api.threads import request_threads
 from service.api.routes import (
     alerts, checkpoints, curves, environments, evaluations, events, health, inference, jobs, ui,
@@ -80,12 +81,16 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     )
     errors.install(app)
     metrics.install(app)
-    app.add_middleware(limits.BodySizeLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(  # outermost: first
+    app.add_middleware(limits.BodyLimits, max_bytes=settings.max_body_bytes, timeout_s=settings.request_body_timeout_s)
+    app.add_middleware(
         overload.InFlightLimit,
+        owners=SlotOwners(app.state.loop_reads, local_mode=settings.local_mode, metrics_token=settings.metrics_token),
         max_requests=settings.max_concurrent_requests,
         max_per_caller=settings.max_concurrent_requests_per_caller,
+        max_unauthenticated=settings.max_concurrent_unauthenticated_requests,
     )
+    if settings.local_mode or settings.trusted_hosts:  # outermost: first, so a foreign Host takes no slot
+        app.add_middleware(hosts.TrustedHosts, trusted_hosts=settings.trusted_hosts)
     for module in (jobs, checkpoints, inference, evaluations, events, alerts, curves, environments, health, ui):
         app.include_router(module.router)
     return app

@@ -42,6 +42,12 @@ class Settings(BaseSettings):
     local_mode: bool = Field(
         False, description="Single-user mode: no tokens, every request acts as the operator. Refused beyond loopback."
     )
+    trusted_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Host names the API answers besides the loopback ones (127.0.0.1, localhost, [::1]), "
+        "comma-separated, '*.example.com' for its subdomains; a request naming another Host gets 400. Local mode "
+        "answers only these and loopback; otherwise, unset: any Host.",
+    )
     api_url: str = Field("http://127.0.0.1:8000", description="Where `artsvc submit` and `artsvc watch` find the API.")
     token: str | None = Field(None, description="Bearer token `artsvc submit` and `artsvc watch` send.")
     max_body_bytes: int = Field(64 * 1024, gt=0, description="Largest request body the API accepts (413 beyond).")
@@ -186,8 +192,23 @@ class Settings(BaseSettings):
         16,
         ge=1,
         le=10_000,
-        description="Requests one credential may have in progress in one API process at once (429 beyond), so one "
-        "tenant's flood leaves the rest of max_concurrent_requests to the others.",
+        description="Requests one token (its bearer header in any spelling, and its dashboard sessions) may have in "
+        "progress in one API process at once (429 beyond), so one tenant's flood leaves the rest of "
+        "max_concurrent_requests to the others.",
+    )
+    max_concurrent_unauthenticated_requests: int = Field(
+        8,
+        ge=1,
+        le=10_000,
+        description="Requests without a valid credential (none, malformed, unknown or revoked) in progress in one API "
+        "process at once, all of them together (503 beyond): made-up tokens never take the tenants' slots.",
+    )
+    request_body_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description="Longest a request's body may take to arrive, from its headers on (408 and the connection closed "
+        "beyond), so a slow client gives its request slot back.",
     )
     inference_max_tokens: int = Field(
         512,
@@ -213,7 +234,8 @@ class Settings(BaseSettings):
     )
 
     @field_validator(
-        "judge_models", "baseline_models", "client_backends", "client_base_models", "grader_functions", mode="before"
+        "judge_models", "baseline_models", "client_backends", "client_base_models", "grader_functions", "trusted_hosts",
+        mode="before",
     )
     @classmethod
     def _split_models(cls, value: object) -> object:

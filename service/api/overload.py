@@ -1,23 +1,22 @@
 """Caps on the requests the API works on at once: beyond the server's, an immediate 503 with ``Retry-After``; beyond
-one caller's share, an immediate 429, so one tenant's flood cannot take every slot from the others.
+one token's share, an immediate 429, so one tenant's flood cannot take every slot from the others; requests without
+a valid credential share one small pool of their own (503 beyond), so made-up tokens cannot either.
 
 Without them a flood queues for threads and connections until every request, everyone's, waits half a minute.
-The caller is told apart by its credential (bearer header or session cookie) as sent, before any lookup: a request
-is refused without touching the database, and a flood of made-up credentials still meets the server's cap.
-A request counts from its arrival until its response starts, so a live event stream stops counting once its
-headers are out (streams have caps of their own, service/api/routes/events.py). ``/healthz`` has a small
-allowance of its own, so a load balancer still hears from a busy server, and a flood of health checks still
-cannot pass the cap.
+A request's slot belongs to the token behind its credential (service/api/slot_owners.py), resolved only once the
+server's cap has room: a full server refuses without touching the database. A request counts from its arrival
+until its response starts, so a live event stream stops counting once its headers are out (streams have caps of
+their own, service/api/routes/events.py), and a body that arrives too slowly is answered 408
+(service/api/limits.py), which gives its slot back. ``/healthz`` has a small allowance of its own, so a load
+balancer still hears from a busy server, and a flood of health checks still cannot pass the cap.
 """
 
 from __future__ import annotations
 
-from starlette.datastructures import Headers
-from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.asgi import HTTPMiddleware, send_json_error
-from service.api.browser_auth import SESSION_COOKIE
+from service.api.slot_owners import UNAUTHENTICATED, SlotOwners
 
 RETRY_AFTER_S = 1  # a request slot frees within a request's time
 HEALTH_PATH = "/healthz"
@@ -25,33 +24,37 @@ HEALTH_IN_FLIGHT = 4  # health checks answered at once, besides the cap
 
 
 class InFlightLimit(HTTPMiddleware):
-    """503 with ``Retry-After`` for HTTP requests past ``max_requests`` in progress, 429 for a
-    caller's past ``max_per_caller``."""
+    """503 with ``Retry-After`` for HTTP requests past ``max_requests`` in progress, 429 for a token's past
+    ``max_per_caller``, 503 for unauthenticated ones past ``max_unauthenticated``."""
 
-    def __init__(self, app: ASGIApp, *, max_requests: int, max_per_caller: int) -> None:
+    def __init__(
+        self, app: ASGIApp, *, owners: SlotOwners, max_requests: int, max_per_caller: int, max_unauthenticated: int
+    ) -> None:
         super().__init__(app)
+        self.owners = owners
         self.limits = {"requests": max_requests, "health": HEALTH_IN_FLIGHT}
         self.in_flight = {"requests": 0, "health": 0}
         self.max_per_caller = max_per_caller
-        self.by_caller: dict[str, int] = {}  # callers with requests in progress only: it cannot grow past the cap
+        self.max_unauthenticated = max_unauthenticated
+        self.by_owner: dict[str, int] = {}  # owners with requests in progress only: it cannot grow past the cap
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         gate = "health" if scope["path"] == HEALTH_PATH else "requests"
-        caller = credential(scope) if gate == "requests" else None
         if self.in_flight[gate] >= self.limits[gate]:
             await self._refuse(send, gate)
             return
-        if caller is not None and self.by_caller.get(caller, 0) >= self.max_per_caller:
-            await self._refuse(send, "caller")
+        owner = self.owners.owner(scope) if gate == "requests" else None
+        if owner is not None and self.by_owner.get(owner, 0) >= self._share(owner):
+            await self._refuse(send, "unauthenticated" if owner == UNAUTHENTICATED else "caller")
             return
-        self._count(gate, caller, +1)  # one event loop: no lock needed between the check and the count
+        self._count(gate, owner, +1)  # one event loop, no await since the checks: no lock needed
         counted = True
 
         def release() -> None:
             nonlocal counted
             if counted:
                 counted = False
-                self._count(gate, caller, -1)
+                self._count(gate, owner, -1)
 
         async def releasing_send(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -63,30 +66,28 @@ class InFlightLimit(HTTPMiddleware):
         finally:
             release()
 
-    def _count(self, gate: str, caller: str | None, change: int) -> None:
+    def _share(self, owner: str) -> int:
+        return self.max_unauthenticated if owner == UNAUTHENTICATED else self.max_per_caller
+
+    def _count(self, gate: str, owner: str | None, change: int) -> None:
         self.in_flight[gate] += change
-        if caller is not None:
-            if (left := self.by_caller.get(caller, 0) + change) > 0:
-                self.by_caller[caller] = left
+        if owner is not None:
+            if (left := self.by_owner.get(owner, 0) + change) > 0:
+                self.by_owner[owner] = left
             else:
-                self.by_caller.pop(caller, None)
+                self.by_owner.pop(owner, None)
 
     async def _refuse(self, send: Send, gate: str) -> None:
         if gate == "caller":
             status, limit = 429, self.max_per_caller
-            detail = (f"too many requests from this caller: at its limit of {limit} in progress "
+            detail = (f"too many requests from this token: at its limit of {limit} in progress "
                       f"(ARTSVC_MAX_CONCURRENT_REQUESTS_PER_CALLER); retry in {RETRY_AFTER_S} s")  # fmt: skip
+        elif gate == "unauthenticated":
+            status, limit = 503, self.max_unauthenticated
+            detail = (f"the server is busy: at its limit of {limit} requests without a valid token in progress "
+                      f"(ARTSVC_MAX_CONCURRENT_UNAUTHENTICATED_REQUESTS); retry in {RETRY_AFTER_S} s")  # fmt: skip
         else:
             what = "health checks" if gate == "health" else "requests (ARTSVC_MAX_CONCURRENT_REQUESTS)"
             status, limit = 503, self.limits[gate]
             detail = f"the server is busy: at its limit of {limit} {what} in progress; retry in {RETRY_AFTER_S} s"
         await send_json_error(send, status, detail, headers={"retry-after": str(RETRY_AFTER_S)})
-
-
-def credential(scope: Scope) -> str:
-    """What tells callers apart before authentication: the Authorization header, else the session cookie, else ""
-    (every anonymous request shares one share)."""
-    headers = Headers(scope=scope)
-    if authorization := headers.get("authorization"):
-        return authorization
-    return cookie_parser(headers.get("cookie", "")).get(SESSION_COOKIE, "")

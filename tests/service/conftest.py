@@ -23,6 +23,7 @@ from tests.service.processes import WorkerProcess, environment
 
 MAX_BODY_BYTES = 16 * 1024  # the tests' body limit, small enough to pass cheaply
 TINY_BASE_MODEL = "embedded/char-gpt-0.2m"  # the smallest policy, which tests train with client tokens too
+LOCAL_URL = "http://localhost"  # an in-process client of local mode names a loopback Host (service/api/hosts.py)
 
 
 @pytest.fixture

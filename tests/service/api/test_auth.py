@@ -10,6 +10,7 @@ from service.app import create_app
 from service.store import runs
 from service.store.tables import LOCAL_OWNER, ApiToken, Role, utcnow
 from tests.databases import sqlite_only
+from tests.service.conftest import LOCAL_URL
 
 pytestmark = sqlite_only  # plain HTTP behaviour: nothing here depends on the database
 
@@ -81,7 +82,7 @@ def test_an_operator_sees_every_job_and_cancels_any(client, auth):
 def test_local_mode_needs_no_token_and_acts_as_the_operator(settings, engine, client, auth):
     alices = submit(client, auth(name="alice"))
     local = settings.model_copy(update={"local_mode": True})
-    with TestClient(create_app(local, engine=engine)) as local_client:
+    with TestClient(create_app(local, engine=engine), base_url=LOCAL_URL) as local_client:
         mine = submit(local_client, {})
         assert {job["id"] for job in local_client.get("/v1/jobs").json()["data"]} == {alices, mine}
         assert local_client.post(f"/v1/jobs/{alices}/cancel").json()["status"] == "cancelled"

@@ -15,6 +15,7 @@ from service.store import db as store_db
 from service.store.tables import AlertState, JobStatus, Role
 from tests.databases import sqlite_only
 from tests.service.api import seeding
+from tests.service.conftest import LOCAL_URL
 
 UNREACHABLE = "postgresql+psycopg://postgres@127.0.0.1:1/nothing"  # port 1: nothing listens there
 LEASE_SECONDS = 60  # the default of Settings.lease_seconds

@@ -13,6 +13,7 @@ from service.store.records import StepCreate, ValidationCreate
 from service.store.tables import Job, Role
 from tests.databases import sqlite_only
 from tests.service.api import seeding
+from tests.service.conftest import LOCAL_URL
 
 SCRIPT = "<script>alert('pwned')</script>"
 OWN_PAGE = {"Origin": "http://testserver"}  # what a browser sends with a form from the TestClient's pages
