@@ -170,5 +170,5 @@ def test_without_a_metrics_token_operators_still_scrape(engine, database_url, tm
 @sqlite_only
 def test_local_mode_leaves_metrics_open(engine, database_url, tmp_path):
     settings = Settings(_env_file=None, database_url=database_url, data_dir=tmp_path / "data", local_mode=True)
-    with TestClient(create_app(settings, engine=engine)) as client:
+    with TestClient(create_app(settings, engine=engine), base_url=LOCAL_URL) as client:
         assert client.get("/metrics").status_code == 200

@@ -177,7 +177,7 @@ def test_a_login_posted_from_another_site_or_from_nowhere_is_refused(client, eng
 def test_local_mode_needs_no_login(engine, database_url, tmp_path):
     settings = Settings(_env_file=None, database_url=database_url, data_dir=tmp_path / "data", local_mode=True)
     job_id = seeding.new_job(engine, owner_id="local")
-    with TestClient(create_app(settings, engine=engine)) as client:
+    with TestClient(create_app(settings, engine=engine), base_url=LOCAL_URL) as client:
         assert f"/ui/jobs/{job_id}" in client.get("/ui").text
         assert client.get(f"/ui/jobs/{job_id}").status_code == 200
         response = client.get("/ui/login", follow_redirects=False)
