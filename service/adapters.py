@@ -43,8 +43,8 @@ def unpack(archive: Path, target: Path) -> None:
 
 
 def base_model_dir(adapter: Path, given: Path | None) -> Path:
-    """The base model to merge into: ``given``, else the adapter's ``base_model_name_or_path``; ExportError if that
-    is not a Hugging Face model directory on this machine."""
+    """The base model to merge into: ``given``, else the adapter's ``base_model_name_or_path`` (a Hugging Face id or
+    a directory's name, relative to here); ExportError if that is not a Hugging Face model directory here."""
     if given is not None:
         if not (given.expanduser() / "config.json").is_file():
             raise ExportError(f"--base-model {given} is not a Hugging Face model directory (no config.json in it)")
@@ -57,8 +57,8 @@ def base_model_dir(adapter: Path, given: Path | None) -> Path:
     if isinstance(recorded, str) and recorded and (Path(recorded) / "config.json").is_file():
         return Path(recorded)
     raise ExportError(
-        f"the adapter's base model {recorded!r} (where the server had it) is not on this machine: pass --base-model "
-        "PATH, a Hugging Face directory of the same model (config.json, safetensors weights, tokenizer)"
+        f"the adapter's base model {recorded!r} is not a model directory here: pass --base-model PATH, a Hugging Face "
+        "directory of the same model (config.json, safetensors weights, tokenizer)"
     )
 
 

@@ -6,10 +6,16 @@ Paths are made from the job's row (its id, and the model name its validated spec
 never from request text. Only regular files directly inside a checkpoint directory are served: links are never
 followed, subfolders and hidden files are left out. Files are opened before the response starts, so a checkpoint
 the training loop prunes while it downloads still arrives whole.
+
+What leaves the server is what a user needs, not what training needs: no optimizer state, and an
+``adapter_config.json`` whose base is a name that means something on another machine (:func:`portable_base`), never
+this server's path. The server itself serves the checkpoint directory, which keeps that path.
 """
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import re
 import stat
@@ -18,10 +24,11 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import BinaryIO
 
 from service.backends import layout
+from service.backends.transformers.models import hub_id
 from service.store.tables import Job, ValidationPoint
 
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # ModelSpec.name's pattern, checked again here
@@ -29,6 +36,8 @@ FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")  # what an adapter
 MAX_FILES = 64  # an adapter and its tokenizer are about ten files
 CHUNK = 1 << 20
 GZIP_LEVEL = 1  # weights barely compress: the fastest level gets most of what there is (the tokenizer's text)
+ADAPTER_CONFIG = "adapter_config.json"
+TRAINING_STATE = frozenset({"optimizer.pt"})  # the transformers engine's: resumes training, of no use to a user
 
 
 class CheckpointFormat(str, Enum):
@@ -84,7 +93,7 @@ def find(folder: Path | None) -> list[Checkpoint]:
 def _at(folder: Path, step: int) -> Checkpoint | None:
     path = layout.checkpoint_dir(folder, step)
     if path.is_dir() and not path.is_symlink():
-        config = path / "adapter_config.json"
+        config = path / ADAPTER_CONFIG
         peft = config.is_file() and not config.is_symlink()
         return Checkpoint(step, path, CheckpointFormat.peft_adapter if peft else CheckpointFormat.other)
     pt = path.with_name(path.name + ".pt")
@@ -137,7 +146,7 @@ def open_adapter(checkpoint: Checkpoint) -> list[OpenFile]:
         raise NoCheckpoint(f"has no checkpoint at step {checkpoint.step} any more") from None
     try:
         for name in sorted(os.listdir(folder)):
-            if not FILE_NAME.match(name):
+            if not FILE_NAME.match(name) or name in TRAINING_STATE:
                 continue
             try:
                 fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
@@ -153,7 +162,7 @@ def open_adapter(checkpoint: Checkpoint) -> list[OpenFile]:
         raise
     finally:
         os.close(folder)
-    if not any(f.name == "adapter_config.json" for f in opened):
+    if not any(f.name == ADAPTER_CONFIG for f in opened):
         close(opened)
         raise NoCheckpoint(f"has no checkpoint at step {checkpoint.step} any more")
     return opened
@@ -162,6 +171,81 @@ def open_adapter(checkpoint: Checkpoint) -> list[OpenFile]:
 def close(files: list[OpenFile]) -> None:
     for f in files:
         f.file.close()
+
+
+@dataclass(frozen=True)
+class AdapterArchive:
+    """One checkpoint's adapter, opened, as it leaves the server: the archive's folder name, the checkpoint, the
+    files."""
+
+    folder: str
+    checkpoint: Checkpoint
+    files: list[OpenFile]
+
+    @property
+    def step(self) -> int:
+        return self.checkpoint.step
+
+    def chunks(self) -> Iterator[bytes]:
+        return tar_gz(self.folder, self.files)
+
+
+def open_adapter_archive(job: Job, *, data_dir: Path, step: int | str, best: int | None) -> AdapterArchive:
+    """The job's checkpoint at ``step`` (see :func:`pick`) as a user takes it away: adapter and tokenizer files, no
+    training state, the base named portably. NotExportable for an embedded-backend job or a checkpoint that is no
+    PEFT adapter; NoCheckpoint with the reason when there is none at ``step``."""
+    if job_backend(job) == "embedded":
+        raise NotExportable(
+            "its checkpoints are .pt files of artsvc's own character model, not PEFT adapters; only "
+            "transformers-backend jobs export"
+        )
+    folder = model_dir(job, data_dir)
+    checkpoint = pick(find(folder), step, best=best)
+    files = open_adapter(checkpoint)
+    assert folder is not None  # pick found a checkpoint in it
+    try:
+        files = [_with_portable_base(f, job) if f.name == ADAPTER_CONFIG else f for f in files]
+    except BaseException:
+        close(files)
+        raise
+    return AdapterArchive(f"{folder.name}-step{checkpoint.step:04d}", checkpoint, files)
+
+
+def recorded_base(config: dict) -> str | None:
+    """The base model an adapter config names (``base_model_name_or_path``), if it names one."""
+    name = config.get("base_model_name_or_path")
+    return name if isinstance(name, str) and name else None
+
+
+def trained_base(checkpoint: Checkpoint) -> Path | None:
+    """The base model directory on this machine that the checkpoint's adapter was trained on, as its config records
+    it; None when that names no model directory here."""
+    try:
+        config = json.loads((checkpoint.path / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    recorded = recorded_base(config) if isinstance(config, dict) else None
+    return Path(recorded) if recorded and (Path(recorded) / "config.json").is_file() else None
+
+
+def portable_base(job: Job, recorded: str) -> str:
+    """What an exported adapter names as its base: the Hugging Face id of the job's base model where it has one
+    (SmolLM2's for the default), else the base directory's own name, a relative path the user points at their copy
+    (``artsvc export --merge --base-model``). Never this server's path."""
+    return hub_id(job_base_model(job) or "") or PurePath(recorded).name
+
+
+def _with_portable_base(config_file: OpenFile, job: Job) -> OpenFile:
+    """``adapter_config.json`` with its base named by :func:`portable_base`; unchanged if it names none."""
+    with config_file.file:
+        try:
+            config = json.loads(config_file.file.read())
+        except ValueError:
+            raise NotExportable(f"its {ADAPTER_CONFIG} is not JSON") from None
+    if isinstance(config, dict) and (recorded := recorded_base(config)) is not None:
+        config["base_model_name_or_path"] = portable_base(job, recorded)
+    data = (json.dumps(config, indent=2, sort_keys=True) + "\n").encode()
+    return OpenFile(config_file.name, io.BytesIO(data), len(data), config_file.mtime)
 
 
 def tar_gz(folder: str, files: list[OpenFile]) -> Iterator[bytes]:

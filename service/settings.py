@@ -30,7 +30,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ARTSVC_", env_file=".env", extra="ignore")
 
     data_dir: Path = Field(
-        Path(".artsvc"), description="Checkpoints, caches and the default SQLite database live here."
+        Path(".artsvc"),
+        validate_default=True,  # the default is relative too: it must become absolute like any given value
+        description="Checkpoints, caches and the default SQLite database live here (made absolute when read).",
     )
     database_url: str | None = Field(
         None, description="SQLAlchemy URL of the store; default: a SQLite file artsvc.db in data_dir."
@@ -255,7 +257,9 @@ class Settings(BaseSettings):
     @field_validator("data_dir")
     @classmethod
     def _expand(cls, value: Path) -> Path:
-        return value.expanduser()
+        """Absolute once, here: every path made from it (checkpoints, the base-model cache an adapter records, the
+        SQLite URL) stays valid whatever the working directory is later."""
+        return value.expanduser().resolve()
 
     @model_validator(mode="after")
     def _refuse_open_local_mode(self) -> Settings:

@@ -1,4 +1,6 @@
-"""``artsvc export``: a trained checkpoint out of the service, through the HTTP API.
+"""``artsvc export``: a trained checkpoint out of the service, through the HTTP API or (``--local``, for a job
+trained with ``artsvc train`` and no server) straight from the data directory and store. Both ways write the archive
+the API serves (service/checkpoints.py): no optimizer state, the base named portably, never the server's path.
 
 What it writes into DIR::
 
@@ -22,10 +24,14 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 
+from service import checkpoints
 from service.adapters import ExportError, base_model_dir, merge, unpack
 from service.api_client import ApiError
+from service.settings import get_settings
+from service.store import runs
 
 from service.cli.app import app, console, fail
+from service.cli.local_store import local_job
 from service.cli.remote import ApiUrlOption, TokenOption, api_client
 
 STEP = re.compile(r"^(best|latest|[0-9]{1,10})$")
@@ -43,10 +49,14 @@ def export(
     ] = False,
     base_model: Annotated[
         Optional[Path],
-        typer.Option(help="The base model's Hugging Face directory here (default: where the server had it)."),
+        typer.Option(help="The base model's Hugging Face directory here (default: the directory the adapter names, "
+                          "relative to here; with --local, the one the job trained on)."),
     ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Write into a DIR that is not empty (replaces its adapter/ and merged/).")
+    ] = False,
+    local: Annotated[
+        bool, typer.Option("--local", help="Read the job from ARTSVC_DATA_DIR and its store, not the API (no server).")
     ] = False,
     api_url: ApiUrlOption = None,
     token: TokenOption = None,
@@ -65,7 +75,11 @@ def export(
         _refuse_to_overwrite(output, force=force)
         with tempfile.TemporaryDirectory(dir=output, prefix=".export-") as scratch:
             archive = Path(scratch) / "adapter.tar.gz"
-            served = _download(job_id, step, archive, api_url=api_url, token=token)
+            if local:
+                served, trained_on = _from_store(job_id, step, archive)
+                base_model = base_model or trained_on
+            else:
+                served = _download(job_id, step, archive, api_url=api_url, token=token)
             _remove(adapter, merged)  # only once the new adapter is here: a failed download keeps the old export
             unpack(archive, adapter)
         said = f"wrote the adapter of job {escape(job_id)} step {served} to {escape(str(adapter))}"
@@ -100,6 +114,25 @@ def _remove(*paths: Path) -> None:
             path.unlink()
         elif path.is_dir():
             shutil.rmtree(path)
+
+
+def _from_store(job_id: str, step: str, archive: Path) -> tuple[int, Path | None]:
+    """The adapter archive written into ``archive`` from the data directory; returns its step and the base model
+    directory the job trained on here (what --merge defaults to)."""
+    settings = get_settings()
+    wanted: int | str = step if step in ("best", "latest") else int(step)
+    with local_job(settings, job_id) as (session, job):
+        best = checkpoints.best_step(job, runs.validation_points(session, job_id=job.id))
+        try:
+            found = checkpoints.open_adapter_archive(job, data_dir=settings.data_dir, step=wanted, best=best)
+        except checkpoints.NoCheckpoint as exc:
+            raise ExportError(f"job {job.id} {exc}") from None
+        except checkpoints.NotExportable as exc:
+            raise ExportError(f"job {job.id} ({checkpoints.job_backend(job)} backend): {exc}") from None
+    with archive.open("wb") as sink:
+        for chunk in found.chunks():
+            sink.write(chunk)
+    return found.step, checkpoints.trained_base(found.checkpoint)
 
 
 def _download(job_id: str, step: str, archive: Path, *, api_url: str | None, token: str | None) -> int | None:

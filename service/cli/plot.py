@@ -10,14 +10,11 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from sqlalchemy.engine import make_url
-from sqlmodel import Session
 
 from service.settings import Settings, get_settings
-from service.store import db as store_db
-from service.store import runs
 
 from service.cli.app import app, console, fail
+from service.cli.local_store import local_job
 from service.cli.remote import ApiUrlOption, TokenOption, api_client
 
 
@@ -52,24 +49,7 @@ def _from_api(job_id: str, *, api_url: str | None, token: str | None) -> bytes:
 
 
 def _from_store(settings: Settings, job_id: str) -> bytes:
-    """Render from the configured store without migrating it or creating a missing SQLite file."""
-    url = settings.resolved_database_url
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").expanduser().is_file():
-        raise fail(f"no store at {parsed.database or url}: run `artsvc train` first, or set ARTSVC_DATABASE_URL")
-    try:
-        engine = store_db.make_engine(url)
-        store_db.check_migrated(engine)
-    except store_db.StoreError as exc:
-        raise fail(str(exc)) from None
-    try:
-        with Session(engine) as session:
-            job = runs.get_job(session, job_id=job_id) if runs.is_job_id(job_id) else None
-            if job is None:
-                raise fail(f"no job {job_id!r} in {parsed.render_as_string()}")
-            from service.api.job_curves import job_curves  # matplotlib takes half a second: import it once there is a job
+    with local_job(settings, job_id) as (session, job):
+        from service.api.job_curves import job_curves  # matplotlib takes half a second: import it once there is a job
 
-            return job_curves(session, job=job)
-    finally:
-        engine.dispose()
-
+        return job_curves(session, job=job)

@@ -26,7 +26,8 @@ ARCHIVE = {
     200: {
         "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}},
         "description": "The adapter directory (adapter_config.json, adapter_model.safetensors and the tokenizer's "
-        "files) as a tar.gz holding one folder, `<model>-<job id 8>-step<NNNN>/`.",
+        "files, no optimizer state) as a tar.gz holding one folder, `<model>-<job id 8>-step<NNNN>/`; the config "
+        "names its base by Hugging Face id where the job's base model has one, else by the base directory's name.",
         "headers": {"Checkpoint-Step": {"description": "The step served.", "schema": {"type": "integer"}}},
     },
     404: {"model": ErrorBody, "description": "No such job, or no checkpoint at that step."},
@@ -64,21 +65,13 @@ def download_adapter(
     if isinstance(wanted, int) and wanted > MAX_STEP:
         raise HTTPException(422, f"step: at most {MAX_STEP}")
     job = visible_job(session, caller=caller, job_id=job_id)
-    if (backend := checkpoints.job_backend(job)) == "embedded":
-        raise HTTPException(
-            409, f"job {job.id} trained on the embedded backend: its checkpoints are .pt files of artsvc's own "
-            "character model, not PEFT adapters; only transformers-backend jobs export",
-        )
-    folder = checkpoints.model_dir(job, settings.data_dir)
     best = checkpoints.best_step(job, runs.validation_points(session, job_id=job.id)) if wanted == "best" else None
     try:
-        checkpoint = checkpoints.pick(checkpoints.find(folder), wanted, best=best)
-        files = checkpoints.open_adapter(checkpoint)
+        archive = checkpoints.open_adapter_archive(job, data_dir=settings.data_dir, step=wanted, best=best)
     except checkpoints.NoCheckpoint as exc:
         raise HTTPException(404, f"job {job.id} {exc}") from None
     except checkpoints.NotExportable as exc:
-        raise HTTPException(409, f"job {job.id} ({backend} backend): {exc}") from None
-    name = f"{folder.name}-step{checkpoint.step:04d}"
-    headers = {"Content-Disposition": f'attachment; filename="{name}.tar.gz"', "Checkpoint-Step": str(checkpoint.step),
-               "Cache-Control": "no-store"}  # fmt: skip
-    return StreamingResponse(checkpoints.tar_gz(name, files), media_type="application/gzip", headers=headers)
+        raise HTTPException(409, f"job {job.id} ({checkpoints.job_backend(job)} backend): {exc}") from None
+    headers = {"Content-Disposition": f'attachment; filename="{archive.folder}.tar.gz"',
+               "Checkpoint-Step": str(archive.step), "Cache-Control": "no-store"}  # fmt: skip
+    return StreamingResponse(archive.chunks(), media_type="application/gzip", headers=headers)

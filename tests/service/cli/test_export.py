@@ -19,10 +19,11 @@ from tests.service.api import seeding
 pytestmark = sqlite_only  # the command line's side of things: the API's store is tested in tests/service/api
 
 
-def artsvc(*args: str, cwd: Path, api_url: str, token: str) -> subprocess.CompletedProcess:
-    """``python -m service ARGS`` with the API's URL and token in the environment, as a user sets them."""
+def artsvc(*args: str, cwd: Path, api_url: str = "", token: str = "", **settings: str) -> subprocess.CompletedProcess:
+    """``python -m service ARGS`` with the API's URL and token (and any other ARTSVC_ settings) in the environment,
+    as a user sets them."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ARTSVC_")}
-    env.update(ARTSVC_API_URL=api_url, ARTSVC_TOKEN=token, HF_HUB_OFFLINE="1")
+    env.update(ARTSVC_API_URL=api_url, ARTSVC_TOKEN=token, HF_HUB_OFFLINE="1", **settings)
     argv = [sys.executable, "-m", "service", *args]
     return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
 
@@ -53,13 +54,16 @@ def test_export_merge_writes_the_adapter_and_a_merged_model_with_the_same_logits
     from transformers import AutoModelForCausalLM
 
     job_id, token = job
-    result = artsvc("export", job_id, "-o", "out", "--merge", cwd=tmp_path, api_url=live_server, token=token)
+    result = artsvc("export", job_id, "-o", "out", "--merge", "--base-model", str(tiny_lm), cwd=tmp_path,
+                    api_url=live_server, token=token)  # fmt: skip
     assert result.returncode == 0, result.stderr
     out = tmp_path / "out"
     assert result.stdout.splitlines()[-1] == "out"
     assert "step 2 to out/adapter" in said(result) and "wrote the merged model" in said(result)
     assert sorted(p.name for p in out.iterdir()) == ["adapter", "merged"]
     assert sorted(os.listdir(out / "adapter")) == sorted(os.listdir(adapter.folder))
+    recorded = json.loads((out / "adapter" / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert recorded == tiny_lm.name  # the base directory's name, not the server's path
 
     merged_files = set(os.listdir(out / "merged"))
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= merged_files
@@ -102,7 +106,8 @@ def test_merge_says_when_the_base_model_is_not_here_and_takes_base_model(
 
     run = dict(cwd=tmp_path, api_url=live_server, token=token)
     result = artsvc("export", job_id, "--step", "latest", "-o", "out", "--merge", **run)
-    assert result.returncode == 2 and "'/srv/models/base'" in said(result) and "--base-model" in said(result)
+    assert result.returncode == 2 and "'base' is not a model directory here" in said(result)
+    assert "--base-model" in said(result) and "/srv/models" not in said(result)
     out = tmp_path / "out"
     assert (out / "adapter" / "adapter_config.json").is_file() and not (out / "merged").exists()
 
@@ -114,6 +119,27 @@ def test_merge_says_when_the_base_model_is_not_here_and_takes_base_model(
                     **run)  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert (out / "merged" / "model.safetensors").is_file()
+
+
+def test_local_exports_from_the_data_directory_with_no_server_and_merges_into_the_base_it_trained_on(
+    engine, settings, job, adapter, tmp_path
+):
+    from transformers import AutoModelForCausalLM
+
+    job_id, _ = job
+    (ckpt.checkpoint_dir(settings, job_id, 2) / "optimizer.pt").write_bytes(bytes(4096))
+    where = {"ARTSVC_DATA_DIR": str(settings.data_dir), "ARTSVC_DATABASE_URL": settings.database_url}
+    result = artsvc("export", job_id, "-o", "out", "--local", "--merge", cwd=tmp_path, api_url="http://127.0.0.1:9",
+                    **where)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "step 2 to out/adapter" in said(result) and "wrote the merged model" in said(result)
+    out = tmp_path / "out"
+    assert sorted(os.listdir(out / "adapter")) == sorted(os.listdir(adapter.folder))  # no optimizer.pt
+    merged = AutoModelForCausalLM.from_pretrained(str(out / "merged")).eval()
+    assert torch.allclose(ckpt.logits_of(merged), adapter.logits, atol=1e-4)
+
+    result = artsvc("export", "0" * 32, "-o", "out2", "--local", cwd=tmp_path, **where)
+    assert result.returncode == 2 and "no job" in said(result) and not (tmp_path / "out2").exists()
 
 
 @pytest.mark.parametrize(
