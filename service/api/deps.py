@@ -40,6 +40,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
 from service.api.browser_auth import SESSION_COOKIE, cookie_caller, refuse_cross_site
+from service.api.token_use import note_token_use
 from service.auth import LIVE_TOKEN, LOCAL_PRINCIPAL, Principal, authenticate, hash_token
 from service.settings import Settings
 from service.store import runs
@@ -91,12 +92,12 @@ async def get_caller(request: Request, settings: SettingsDep, credentials: Beare
         return LOCAL_PRINCIPAL
     token = _bearer_token(credentials)
     if token is None and "authorization" not in request.headers and request.cookies.get(SESSION_COOKIE):
-        return read_now(request, lambda connection: cookie_caller(request, connection))
-    if token is None:
+        principal = read_now(request, lambda connection: cookie_caller(request, connection))
+    elif token is None:
         raise HTTPException(401, "missing bearer token (create one with `artsvc token create`)", {"WWW-Authenticate": "Bearer"})
-    principal = read_now(request, authenticate, token=token)
-    if principal is None:
+    elif (principal := read_now(request, authenticate, token=token)) is None:
         raise _unknown_token()
+    note_token_use(request, principal.id)
     return principal
 
 
@@ -146,6 +147,7 @@ async def visible_job_now(request: Request, credentials: HTTPAuthorizationCreden
     if found is None:
         raise _unknown_token()
     caller = Principal(id=found.caller_id, role=found.caller_role)
+    note_token_use(request, caller.id)
     return _if_visible(found if found.id is not None else None, caller=caller, job_id=job_id, kind=JobKind.training)
 
 

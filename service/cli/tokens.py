@@ -1,15 +1,23 @@
-"""``artsvc token create``: make a bearer token for the API; the secret is printed once, as stdout's last line."""
+"""``artsvc token``: bearer tokens for the API, managed where the database is. ``create`` prints the secret once, as
+stdout's last line; ``list`` shows every token but never a secret or its hash; ``revoke`` ends a token for good (its
+bearer use, its dashboard sessions and new logins are refused from the next request on)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
+from rich.table import Table
 from sqlmodel import Session
 
 from service.auth import create_token
 from service.settings import get_settings
 from service.store import db as store_db
+from service.store import tokens
 from service.store.tables import Role
 
 from service.cli.app import app, console, fail
@@ -18,6 +26,21 @@ token_app = typer.Typer(help="API bearer tokens.", no_args_is_help=True)
 app.add_typer(token_app, name="token")
 
 MAX_NAME = 128  # api_tokens.name
+
+
+@contextmanager
+def _store() -> Iterator[Session]:
+    """A session on the configured database, which must be migrated (exit 2 saying what to run if not)."""
+    try:
+        engine = store_db.make_engine(get_settings().resolved_database_url)
+        store_db.check_migrated(engine)
+    except store_db.StoreError as exc:
+        raise fail(str(exc)) from None
+    try:
+        with Session(engine) as session:
+            yield session
+    finally:
+        engine.dispose()
 
 
 @token_app.command("create")
@@ -29,15 +52,47 @@ def create(
     name = name or role.value
     if not 0 < len(name) <= MAX_NAME:
         raise fail(f"--name must be 1 to {MAX_NAME} characters")
-    url = get_settings().resolved_database_url
-    try:
-        engine = store_db.make_engine(url)
-        store_db.check_migrated(engine)
-    except store_db.StoreError as exc:
-        raise fail(str(exc)) from None
-    with Session(engine) as session:
+    with _store() as session:
         row, secret = create_token(session, role=role, name=name)
         session.commit()
-        console.print(f"created {role.value} token {row.id} ({name}); the secret is shown only now:", highlight=False)
-    engine.dispose()
+        console.print(f"created {role.value} token {row.id} ({escape(name)}); the secret is shown only now:",
+                      highlight=False)  # fmt: skip
     typer.echo(secret)
+
+
+@token_app.command("list")
+def list_tokens(
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per token, one per line.")] = False,
+) -> None:
+    """List every token, oldest first: id, name, role, when it was created, last used (to the minute; by the API, a
+    bearer request or a dashboard session) and revoked. Never a secret."""
+    with _store() as session:
+        found = tokens.list_tokens(session)
+    if as_json:
+        for token in found:
+            typer.echo(token.model_dump_json())
+        return
+    table = Table("id", "name", "role", "created", "last used", "revoked")
+    for token in found:
+        table.add_row(token.id, escape(token.name), token.role.value, _when(token.created_at),
+                      _when(token.last_used_at, never="never"), _when(token.revoked_at, never=""))  # fmt: skip
+    console.print(table)
+
+
+@token_app.command("revoke")
+def revoke(token_id: Annotated[str, typer.Argument(metavar="ID", help="The token's id (see `artsvc token list`).")]) -> None:
+    """Revoke a token for good: requests with it, and dashboard sessions opened with it, are refused from their next
+    request on. Revoking a revoked token changes nothing and says so."""
+    with _store() as session:
+        try:
+            token, revoked_now = tokens.revoke_token(session, token_id=token_id)
+        except tokens.UnknownToken:
+            raise fail(f"no token {token_id!r}: see `artsvc token list`") from None
+        session.commit()
+    said = "revoked" if revoked_now else "was already revoked at"
+    console.print(f"{said} {token.role.value} token {token.id} ({escape(token.name)})"
+                  + ("" if revoked_now else f" {_when(token.revoked_at)}"), highlight=False)  # fmt: skip
+
+
+def _when(moment: datetime | None, *, never: str = "") -> str:
+    return moment.strftime("%Y-%m-%d %H:%M UTC") if moment is not None else never

@@ -262,6 +262,7 @@ class ApiToken(SQLModel, table=True):
     token_hash: str = Field(max_length=64, unique=True)
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
     revoked_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime()))
+    last_used_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime()))  # to the minute: token_use.py
 
 
 class BrowserSession(SQLModel, table=True):
