@@ -65,7 +65,7 @@ def resolve_base_model(name: str, cache_root: Path) -> Path:
     absolute path: checkpoints record it as their adapter's base, and serving refuses a relative one."""
     cache_root = cache_root.absolute()
     if name in _SMOLLM2_NAMES:
-        return _converted(smollm2_gguf(), cache_root, slug="SmolLM2-135M-Instruct")
+        return _converted(smollm2_gguf(), cache_root, slug=DEFAULT_BASE_MODEL)
     path = Path(name).expanduser()
     if path.suffix == ".gguf" and path.is_file():
         return _converted(path.resolve(), cache_root, slug=_slug(path.stem))
@@ -95,12 +95,18 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:80] or "model"
 
 
+def converted_dir(gguf: Path, cache_root: Path, *, slug: str) -> Path:
+    """Where the conversion of ``gguf`` is cached: a directory per file (path, size and time), so a new file is
+    converted again."""
+    stat = gguf.stat()
+    key = hashlib.sha256(f"{gguf}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    return cache_root / f"{slug}-{key}"
+
+
 def _converted(gguf: Path, cache_root: Path, *, slug: str) -> Path:
     """The GGUF file dequantised to a float32 safetensors directory, converted at most once per file content
     (a directory appears whole, by rename, or not at all)."""
-    stat = gguf.stat()
-    key = hashlib.sha256(f"{gguf}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-    target = cache_root / f"{slug}-{key}"
+    target = converted_dir(gguf, cache_root, slug=slug)
     if (target / "config.json").is_file():
         return target
     from transformers import AutoModelForCausalLM
