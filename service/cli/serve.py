@@ -33,6 +33,7 @@ from pydantic import ValidationError
 
 import environments
 from service.cli.app import app, console, fail, log_to_stderr
+from service.cli.head_deadline import head_timed_protocol
 from service.cli.metrics_folder import metrics_folder
 from service.settings import Settings, get_settings
 from service.store.db import StoreError, check_migrated, make_engine
@@ -116,7 +117,8 @@ def _serve_on(
     """Serve ``application`` (a new one if None) on ``sock`` until SIGTERM or Ctrl-C, supervising ``workers``."""
     application = application or _application(settings)
     workers = workers or Supervisor([], count=0, env={}, grace_s=0, kind="worker")
-    config = uvicorn.Config(application, log_level="info", access_log=access_log)
+    protocol = head_timed_protocol(settings.request_head_timeout_s)  # uvicorn times no request head itself
+    config = uvicorn.Config(application, log_level="info", access_log=access_log, http=protocol)
     with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
         runner.run(_serve(_Server(config), sock, workers))
 

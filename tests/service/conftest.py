@@ -59,12 +59,13 @@ def auth(engine) -> Callable[..., dict[str, str]]:
 
 
 @contextmanager
-def serve(app: FastAPI) -> Iterator[tuple[str, uvicorn.Server]]:
-    """``app`` served by uvicorn on a free loopback port, in a thread, for the block: its base URL and the server."""
+def serve(app: FastAPI, **config: object) -> Iterator[tuple[str, uvicorn.Server]]:
+    """``app`` served by uvicorn (with ``config``) on a free loopback port, in a thread, for the block: its base URL and
+    the server."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen()
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", **config))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
