@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from service.backends.openai_server import ChatCompletionRequest
 from service.store.records import JudgeAccount
@@ -242,6 +242,35 @@ class ChatCompletionCreate(ChatCompletionRequest):
     stop: StopText | Annotated[list[StopText], Field(max_length=MAX_STOP)] | None = None
     seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1)
     tools: list[dict[str, Any]] | None = Field(None, max_length=MAX_TOOLS)
+
+    @field_validator("messages")
+    @classmethod
+    def _text_content(cls, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        texts = []
+        for index, message in enumerate(messages):
+            try:
+                texts.append(text_content(message))
+            except ValueError as exc:
+                raise ValueError(f"message {index}: {exc}") from None
+        return texts
+
+
+def text_content(message: dict[str, Any]) -> dict[str, Any]:
+    """``message`` with OpenAI content parts (what the official client sends for multi-part input) as one string,
+    text parts joined by newlines as vLLM joins them; ValueError naming any other part type, or content that is
+    neither a string, a list of parts nor null."""
+    content = message.get("content")
+    if content is None or isinstance(content, str):
+        return message
+    if not isinstance(content, list):
+        raise ValueError(f"content is a {type(content).__name__}: a string, a list of text parts or null")
+    texts = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+        if kind != "text" or not isinstance(part.get("text"), str):
+            raise ValueError(f"content part of type {str(kind)[:40]!r}: only text parts are supported")
+        texts.append(part["text"])
+    return {**message, "content": "\n".join(texts)}
 
 
 class OpenAIError(BaseModel):

@@ -10,16 +10,21 @@ from typing import Any
 from service.backends.openai_server import ChatCompletionRequest, ServingError
 from service.backends.transformers import chat
 from service.backends.transformers.generation import SamplingRequest
+from service.backends.transformers.literal_prompt import ControlTokenInText, render_literal_prompt
 
 
 class TemplateChat:
     """Reads requests for the tokenizer ``tokenizer_for(model)`` returns (ServingError for an unknown model).
 
     With ``max_context``, a prompt whose tokens plus ``max_tokens`` pass it is refused (400) instead of sampled past
-    the model's positions."""
+    the model's positions. With ``literal_text`` (the API's serving path) the caller's strings are tokenized as text,
+    never as control tokens (literal_prompt.py); the training policy server keeps ART's tokenisation."""
 
-    def __init__(self, tokenizer_for: Callable[[str], Any], *, max_context: int | None = None) -> None:
+    def __init__(
+        self, tokenizer_for: Callable[[str], Any], *, max_context: int | None = None, literal_text: bool = False
+    ) -> None:
         self._tokenizer_for, self._max_context = tokenizer_for, max_context
+        self._render = render_literal_prompt if literal_text else chat.render_prompt
 
     def sampling_request(
         self, request: ChatCompletionRequest, *, max_tokens: int, stop: tuple[str, ...]
@@ -28,7 +33,9 @@ class TemplateChat:
         if request.tools and not chat.renders_tools(tokenizer):
             raise ServingError(400, "this model's chat template renders no tools", "tools_not_supported")
         try:
-            prompt = chat.render_prompt(tokenizer, request.messages, request.tools)
+            prompt = self._render(tokenizer, request.messages, request.tools)
+        except ControlTokenInText as exc:
+            raise ServingError(400, f"invalid messages: {exc}", "invalid_request") from None
         except Exception as exc:  # a message the template cannot render (a missing field, a wrong type)
             raise ServingError(400, f"invalid messages: {type(exc).__name__}: {exc}"[:500], "invalid_request") from None
         if self._max_context is not None and len(prompt) + max_tokens > self._max_context:
