@@ -75,7 +75,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     app.state.health_engine = health_engine
     app.state.loop_reads = LoopReads(loop_engine)
     app.state.loop_writes = LoopWrites(url)
-    app.state.inference = InferenceEngine()
+    app.state.inference = InferenceEngine(settings)
     app.state.stream_slots = events.StreamSlots(
         max_streams=settings.max_event_streams, max_per_caller=settings.max_event_streams_per_tenant
     )

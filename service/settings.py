@@ -226,6 +226,34 @@ class Settings(BaseSettings):
         description="Largest max_tokens of POST /v1/chat/completions on a trained checkpoint, "
         "and what a request that names none gets (400 beyond).",
     )
+    inference_max_prompt_tokens: int = Field(
+        8_192,
+        ge=1,
+        le=1_048_576,
+        description="Largest prompt tokens × n of one chat completion (each choice holds the prompt in memory); "
+        "checked before any model work, 400 beyond.",
+    )
+    inference_max_completion_tokens: int = Field(
+        2_048, ge=1, le=1_048_576, description="Largest n × max_tokens of one chat completion (400 beyond)."
+    )
+    inference_deadline_s: float = Field(
+        30.0,
+        gt=0,
+        le=3_600,
+        description="Seconds one chat completion may sample for; then sampling stops and the choices end with "
+        "finish_reason `length`, so one request holds the inference process for a bounded time.",
+    )
+    inference_max_waiting_per_tenant: int = Field(
+        4,
+        ge=0,
+        le=1_000,
+        description="Chat completions one caller may have waiting for the inference process (429 beyond, for that "
+        "caller only); the process serves the callers that wait round-robin.",
+    )
+    inference_threads: int = Field(
+        2, ge=1, le=256, description="Torch threads of the inference process (a child of the API at the workers' CPU "
+        "priority, worker_cpu_policy)."
+    )
     max_event_streams: int = Field(
         256, ge=1, le=100_000, description="Live event streams one API process serves at once (503 beyond)."
     )

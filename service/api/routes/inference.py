@@ -1,17 +1,19 @@
 """``POST /v1/chat/completions``: OpenAI chat completions from a trained checkpoint of one of the caller's jobs, so
-the official ``openai`` client talks to what was trained (service/inference.py runs the model).
+the official ``openai`` client talks to what was trained (service/inference runs the model in a process of its own).
 
 ``model`` is ``JOB_ID`` (the job's best validation step if it has one, else its latest checkpoint) or ``JOB_ID@STEP``
 (a number, ``best`` or ``latest``); the response's ``model`` names the job and the step served. Every refusal is in
 OpenAI's error envelope, so OpenAI clients raise their usual exceptions: another tenant's job, an unknown one or a
 step without a checkpoint 404 (another tenant's exactly as an unknown one), an embedded-backend job or a checkpoint
-that is no PEFT adapter 409, an invalid or unbounded request 400, a full inference queue 503 with ``Retry-After``.
+that is no PEFT adapter 409, an invalid or unbounded request 400 (naming the limit and its setting), a caller with
+too many requests waiting for the model 429 with ``Retry-After``, an inference process that died while answering 503.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -39,8 +41,11 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
             "no or a wrong token, 404 no such job of yours or no checkpoint at that step, 409 a checkpoint that is no "
             "PEFT adapter (an embedded-backend job)."},
     413: {"model": ErrorBody, "description": "The body is larger than ARTSVC_MAX_BODY_BYTES."},
-    429: {"model": ErrorBody, "description": "Too many requests of this credential in progress."},
-    503: {"model": OpenAIErrorBody, "description": "The inference queue is full; retry after `Retry-After` seconds."},
+    429: {"model": ErrorBody | OpenAIErrorBody, "description": "Too many requests of this credential in progress "
+          "(`detail`), or waiting for the model (OpenAI's envelope, ARTSVC_INFERENCE_MAX_WAITING_PER_TENANT); retry "
+          "after `Retry-After` seconds."},
+    503: {"model": OpenAIErrorBody, "description": "The inference process stopped while answering; retry after "
+          "`Retry-After` seconds."},
 }  # fmt: skip
 
 
@@ -64,6 +69,8 @@ class OpenAIRoute(APIRoute):
         return answer
 
 
+T = TypeVar("T")
+
 router = APIRouter(prefix="/v1", tags=["inference"], route_class=OpenAIRoute)
 
 
@@ -86,7 +93,29 @@ async def chat_completions(
     )
     inference: InferenceEngine = request.app.state.inference
     served = f"{job_id}@{checkpoint.step}"
-    return await inference.complete(checkpoint.path, body, model=served, default_max_tokens=limit)
+    return await unless_disconnected(request, inference.complete(checkpoint.path, body, model=served, tenant=caller.id))
+
+
+async def unless_disconnected(request: Request, work: Coroutine[Any, Any, T]) -> T:
+    """``work``'s result, or, if the client goes away first, ``work`` cancelled (it leaves the queue, or the model
+    stops before its next token) and a 499 that nobody reads."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        task.cancel()  # nothing if it is done
+    await asyncio.wait((task,))
+    if task.cancelled():
+        raise ServingError(499, "the client closed the request", "client_closed_request")
+    return task.result()
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client has gone away (the body was read: what ``receive`` gives next is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def find_checkpoint(

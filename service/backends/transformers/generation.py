@@ -10,6 +10,7 @@ the quantity ART's loss compares the trained policy against, as vLLM reports the
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -72,8 +73,12 @@ class Generator:
         return next(self.model.parameters()).device
 
     @torch.inference_mode()
-    def generate(self, requests: list[SamplingRequest]) -> list[list[Sample]]:
-        """One list of ``request.n`` samples per request, decoded together."""
+    def generate(
+        self, requests: list[SamplingRequest], *, should_stop: Callable[[], bool] | None = None
+    ) -> list[list[Sample]]:
+        """One list of ``request.n`` samples per request, decoded together. ``should_stop`` is asked before each
+        decoding step (a client gone, a deadline passed): once true, what was sampled is returned, the unfinished
+        samples' finish_reason ``length``."""
         prompts = list(dict.fromkeys(r.prompt_ids for r in requests))
         rows = [
             _Row(
@@ -91,6 +96,8 @@ class Generator:
         mask, logits = mask[index], logits[index]
         steps = max(r.max_tokens for r in requests)
         for _ in range(steps):
+            if should_stop is not None and should_stop():
+                break
             chosen = [self._emit(row, logits[i]) for i, row in enumerate(rows)]
             if all(row.done for row in rows):
                 break

@@ -10,6 +10,7 @@ absolute path); only safetensors weights are read, of the base and of the adapte
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import torch
 from service.backends import openai_server
 from service.backends.openai_server import ChatCompletionRequest
 from service.backends.transformers import chat
-from service.backends.transformers.generation import Generator
+from service.backends.transformers.generation import Generator, SamplingRequest
 from service.backends.transformers.models import load_tokenizer
 from service.backends.transformers.template_chat import TemplateChat
 
@@ -63,13 +64,21 @@ class CheckpointModel:
         self.generator = Generator(self.model, self.tokenizer, end_token_ids=chat.end_token_ids(self.tokenizer))
         positions = getattr(base.config, "max_position_embeddings", None)
         positions = positions if isinstance(positions, int) else None
-        self.format = TemplateChat(lambda _: self.tokenizer, max_context=positions)
+        self.format = TemplateChat(lambda _: self.tokenizer, max_context=positions, literal_text=True)
 
-    def complete(self, request: ChatCompletionRequest, *, model: str, default_max_tokens: int) -> dict[str, Any]:
-        """The ``chat.completion`` body for ``request``, answered as ``model``; ServingError for messages the
-        template cannot render or a prompt past the model's context."""
-        sampling = openai_server.sampling_request(request, self.format, default_max_tokens=default_max_tokens)
-        [samples] = self.generator.generate([sampling])
+    def sampling_request(self, request: ChatCompletionRequest, *, default_max_tokens: int) -> SamplingRequest:
+        """``request`` rendered (the caller's text tokenized as text, never as control tokens) with its sampling
+        parameters, no model work yet; ServingError for messages the template cannot render or a prompt past the
+        model's context."""
+        return openai_server.sampling_request(request, self.format, default_max_tokens=default_max_tokens)
+
+    def complete(
+        self, request: ChatCompletionRequest, sampling: SamplingRequest, *, model: str,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """The ``chat.completion`` body for ``request`` sampled as ``sampling``, answered as ``model``; sampling
+        ends early once ``should_stop()`` is true."""
+        [samples] = self.generator.generate([sampling], should_stop=should_stop)
         return openai_server.completion(
             request, self.format, model=model, samples=samples, prompt_tokens=len(sampling.prompt_ids)
         )

@@ -1,0 +1,129 @@
+"""The inference process: ``python -m service.inference.child --parent PID ...``, started by the API
+(service/inference/process.py) and answering one chat completion at a time.
+
+It settles as the workers do (their CPU policy, SIGTERM when the API dies: service/worker/supervisor.py), runs torch
+on the threads its environment allows (``OMP_NUM_THREADS``), and reads JSON lines on stdin:
+``{"op": "complete", "id", "folder", "model", "request", "default_max_tokens", "bounds"}`` and ``{"op": "cancel",
+"id"}``. It writes one JSON line per completion to its stdout: ``{"id", "body"}``, ``{"id", "error": {"status",
+"message", "code"}}`` or ``{"id", "cancelled": true}``. A cancel, or the deadline in ``bounds``, is seen before each
+decoded token. The last ``CACHE_SIZE`` checkpoints used stay loaded, keyed by directory, modification time and inode,
+so a checkpoint rewritten in place loads again. Closing stdin ends it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import queue
+import sys
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import IO, Any
+
+from service.backends.openai_server import ChatCompletionRequest, ServingError
+from service.inference.bounds import Bounds
+from service.worker.supervisor import settle_as_child
+
+logger = logging.getLogger(__name__)
+
+MODEL_MODULE = "service.backends.transformers.inference"  # imports torch: on a thread of its own at the start
+CACHE_SIZE = 2  # checkpoints kept loaded (a SmolLM2-135M base and adapter: about 0.55 GB each in float32)
+
+
+class Checkpoints:
+    """The last ``size`` checkpoints used, loaded."""
+
+    def __init__(self, size: int = CACHE_SIZE) -> None:
+        self.size = size
+        self._loaded: OrderedDict[tuple[str, int, int], Any] = OrderedDict()
+
+    def get(self, folder: Path, name: str) -> Any:
+        """The CheckpointModel of ``folder``; ServingError 404 if it is gone, 409 if it cannot be served."""
+        try:
+            info = folder.stat()
+        except OSError:
+            raise ServingError(404, f"model {name!r}: its checkpoint is gone (pruned by training)", "model_not_found") from None
+        from service.backends.transformers.inference import CheckpointModel, NotServable  # MODEL_MODULE
+
+        key = (str(folder), info.st_mtime_ns, info.st_ino)
+        if key in self._loaded:
+            self._loaded.move_to_end(key)
+            return self._loaded[key]
+        try:
+            loaded = CheckpointModel(folder)
+        except NotServable as exc:
+            raise ServingError(409, f"model {name!r} cannot be served: {exc}", "model_not_servable") from None
+        except Exception:  # a corrupt checkpoint: the log has the traceback, the client a reason without paths
+            logger.exception("loading the checkpoint %s failed", folder)
+            raise ServingError(409, f"model {name!r}: its checkpoint could not be loaded", "model_not_servable") from None
+        self._loaded[key] = loaded
+        while len(self._loaded) > self.size:
+            self._loaded.popitem(last=False)
+        return loaded
+
+
+def answer(message: dict[str, Any], checkpoints: Checkpoints, cancelled: threading.Event) -> dict[str, Any]:
+    """The reply to one ``complete`` message: the prompt's size is checked before any forward pass."""
+    reply: dict[str, Any] = {"id": message["id"]}
+    if cancelled.is_set():
+        return reply | {"cancelled": True}
+    try:
+        request = ChatCompletionRequest.model_validate(message["request"])
+        bounds = Bounds(**message["bounds"])
+        model = checkpoints.get(Path(message["folder"]), message["model"])
+        sampling = model.sampling_request(request, default_max_tokens=message["default_max_tokens"])
+        bounds.check_prompt(prompt_tokens=len(sampling.prompt_ids), n=sampling.n)
+        deadline = time.monotonic() + bounds.deadline_s
+        body = model.complete(request, sampling, model=message["model"],
+                              should_stop=lambda: cancelled.is_set() or time.monotonic() > deadline)  # fmt: skip
+    except ServingError as exc:
+        return reply | {"error": {"status": exc.status, "message": exc.message, "code": exc.code}}
+    except Exception:
+        logger.exception("a chat completion failed")
+        return reply | {"error": {"status": 500, "message": "the model failed on this request", "code": "server_error"}}
+    return reply | ({"cancelled": True} if cancelled.is_set() else {"body": body})
+
+
+def read_requests(source: IO[str], work: queue.Queue[dict[str, Any]], cancels: dict[int, threading.Event]) -> None:
+    """Queue each ``complete`` and flag each ``cancel`` as they arrive; at the end of input, exit (the API is gone)."""
+    for line in source:
+        message = json.loads(line)
+        if message["op"] == "complete":
+            cancels[message["id"]] = threading.Event()
+            work.put(message)
+        elif (flag := cancels.get(message["id"])) is not None:
+            flag.set()
+    os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="artsvc-inference")
+    parser.add_argument("--parent", type=int, required=True)
+    parser.add_argument("--cpu-policy", choices=("idle", "nice"), required=True)
+    parser.add_argument("--nice", type=int, default=0)
+    args = parser.parse_args(argv)
+    if not settle_as_child(parent=args.parent, cpu_policy=args.cpu_policy, nice=args.nice):
+        return
+    logging.basicConfig(level=logging.WARNING, format="artsvc inference: %(levelname)s %(name)s: %(message)s")
+    replies = os.fdopen(os.dup(1), "w")  # the protocol's own; a library that prints writes to stderr
+    os.dup2(2, 1)
+    work: queue.Queue[dict[str, Any]] = queue.Queue()
+    cancels: dict[int, threading.Event] = {}
+    threading.Thread(target=read_requests, args=(sys.stdin, work, cancels), daemon=True).start()
+    threading.Thread(target=importlib.import_module, args=(MODEL_MODULE,), daemon=True).start()  # torch, while idle
+    checkpoints = Checkpoints()
+    while True:
+        message = work.get()
+        reply = answer(message, checkpoints, cancels[message["id"]])
+        cancels.pop(message["id"], None)
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
+
+
+if __name__ == "__main__":
+    main()
