@@ -7,9 +7,9 @@ never from request text. Only regular files directly inside a checkpoint directo
 followed, subfolders and hidden files are left out. Files are opened before the response starts, so a checkpoint
 the training loop prunes while it downloads still arrives whole.
 
-What leaves the server is what a user needs, not what training needs: no optimizer state, and an
-``adapter_config.json`` whose base is a name that means something on another machine (:func:`portable_base`), never
-this server's path. The server itself serves the checkpoint directory, which keeps that path.
+What leaves the server is what a user needs, not what training needs: no optimizer state (nor PEFT's empty model
+card), and an ``adapter_config.json`` whose base is a name that means something on another machine
+(:func:`portable_base`), never this server's path. The server itself serves the checkpoint directory, which keeps it.
 """
 
 from __future__ import annotations
@@ -37,7 +37,10 @@ MAX_FILES = 64  # an adapter and its tokenizer are about ten files
 CHUNK = 1 << 20
 GZIP_LEVEL = 1  # weights barely compress: the fastest level gets most of what there is (the tokenizer's text)
 ADAPTER_CONFIG = "adapter_config.json"
-TRAINING_STATE = frozenset({"optimizer.pt"})  # the transformers engine's: resumes training, of no use to a user
+NOT_EXPORTED = frozenset({
+    "optimizer.pt",  # the transformers engine's optimizer state: resumes training, of no use to a user
+    "README.md",  # PEFT's empty model card, whose metadata names the server's path to the base
+})  # fmt: skip
 
 
 class CheckpointFormat(str, Enum):
@@ -146,7 +149,7 @@ def open_adapter(checkpoint: Checkpoint) -> list[OpenFile]:
         raise NoCheckpoint(f"has no checkpoint at step {checkpoint.step} any more") from None
     try:
         for name in sorted(os.listdir(folder)):
-            if not FILE_NAME.match(name) or name in TRAINING_STATE:
+            if not FILE_NAME.match(name) or name in NOT_EXPORTED:
                 continue
             try:
                 fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)

@@ -3,6 +3,7 @@ adapters of the tiny LM (tests/tiny_lm.py) whose LoRA weights are random, so the
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,11 @@ def make_adapter(base: Path, folder: Path, *, seed: int = 1) -> Adapter:
     peft.save_pretrained(folder)
     AutoTokenizer.from_pretrained(str(base)).save_pretrained(folder)
     return Adapter(folder, logits_of(peft))
+
+
+def exported_names(adapter: Adapter) -> set[str]:
+    """The adapter's files that leave the server: all but PEFT's model card, which names the base by its path."""
+    return set(os.listdir(adapter.folder)) - {"README.md"}
 
 
 def logits_of(model) -> object:

@@ -66,6 +66,7 @@ def test_train_then_export_locally_then_chat_through_the_openai_client(artsvc, c
     adapter = clone / "out" / "adapter"
     assert {"adapter_config.json", "adapter_model.safetensors", "tokenizer.json"} <= set(os.listdir(adapter))
     assert "optimizer.pt" not in os.listdir(adapter)
+    assert not any(str(clone).encode() in path.read_bytes() for path in adapter.iterdir())  # no path of this machine
     assert json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"] == SMOLLM2_HUB_ID
 
     server = subprocess.Popen([sys.executable, "-m", "service", "serve", "--local", "--port", "0", "--no-worker"],
