@@ -87,6 +87,12 @@ class ApiClient:
         finally:
             response.close()
 
+    def chat(self, model: str, messages: list[dict[str, Any]], **sampling: Any) -> dict[str, Any]:
+        """One OpenAI chat completion of ``model`` (``JOB_ID`` or ``JOB_ID@STEP``); sampling parameters left None are
+        the server's defaults."""
+        body = {"model": model, "messages": messages} | {k: v for k, v in sampling.items() if v is not None}
+        return self._request("POST", "/v1/chat/completions", json=body).json()
+
     def submit_evaluation(self, spec: Any) -> dict[str, Any]:
         return self._request("POST", "/v1/evaluations", json=spec).json()
 
@@ -153,9 +159,11 @@ class ApiClient:
             raise ApiError(f"cannot reach the API at {self.base_url}: {_reason(exc)} ({hint})") from None
 
     def _refusal(self, response: httpx.Response) -> ApiError:
-        """The API's ``detail`` (or the bare status when the body has none), with a hint for a missing token."""
+        """The API's ``detail`` (or the message of OpenAI's error envelope, which the chat routes answer in; or the
+        bare status when the body has neither), with a hint for a missing token."""
         try:
-            detail = response.json().get("detail")
+            body = response.json()
+            detail = body.get("detail") or (body.get("error") or {}).get("message")
         except (ValueError, AttributeError):
             detail = None
         message = f"{detail or response.reason_phrase} (HTTP {response.status_code})"

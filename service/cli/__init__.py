@@ -3,7 +3,7 @@ imports below (the order ``artsvc --help`` lists them)."""
 
 import os
 
-from service.cli import remote, envs, evaluate, export, plot, serve, tokens, train, worker, db  # noqa: F401
+from service.cli import remote, envs, evaluate, export, chat, plot, serve, tokens, train, worker, db  # noqa: F401
 from service.cli.app import app
 
 # Read once, when litellm and tqdm are first imported: main() sets them before any verb imports either (importing

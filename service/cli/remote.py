@@ -135,12 +135,14 @@ class WatchDisplay:
 
 
 @contextlib.contextmanager
-def api_client(api_url: str | None, token: str | None, *, refused: str | None = None) -> Iterator[ApiClient]:
+def api_client(
+    api_url: str | None, token: str | None, *, refused: str | None = None, timeout_s: float = 30.0
+) -> Iterator[ApiClient]:
     """The verb's client of the API (flags first, then settings). An API error ends the verb with its message and
     exit code 2, after ``refused`` when the API answered (a refusal rather than an unreachable server)."""
     settings = get_settings()
     try:
-        with ApiClient(base_url=api_url or settings.api_url, token=token or settings.token) as client:
+        with ApiClient(base_url=api_url or settings.api_url, token=token or settings.token, timeout_s=timeout_s) as client:
             yield client
     except ApiError as exc:
         raise fail(f"{refused}: {exc}" if refused and exc.status else str(exc)) from None

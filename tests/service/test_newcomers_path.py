@@ -1,6 +1,6 @@
 """The README's path from the main job to a served model, as a newcomer takes it from a fresh clone: ``artsvc train
 --env math`` with the defaults (a relative data directory, the default base model), ``artsvc export --local`` with no
-server, then ``artsvc serve --local`` and a chat completion through the official ``openai`` client.
+server, then ``artsvc serve --local`` and a chat completion through the official ``openai`` client and ``artsvc chat``.
 
 Kept fast: the default base model's converted directory in the data directory's cache is the tiny LM
 (tests/tiny_lm.py, same tokenizer), placed where the conversion of SmolLM2's GGUF file would be, and the run is one
@@ -78,6 +78,10 @@ def test_train_then_export_locally_then_chat_through_the_openai_client(artsvc, c
             model=job_id, messages=[{"role": "user", "content": "What is 2 + 3?"}], max_tokens=4
         )
         assert reply.model.startswith(job_id) and isinstance(reply.choices[0].message.content, str)
+        chatted = artsvc("chat", job_id, "What is 2 + 3?", "--max-tokens", "4", "--api-url", url)
+        assert chatted.exit_code == 0 and reply.model in chatted.stderr, chatted.output
+        refused = artsvc("chat", job_id, "hi", "--step", "9", "--api-url", url)  # OpenAI's error envelope, read
+        assert refused.exit_code == 2 and "has no checkpoint at step 9" in refused.stderr and "(HTTP 404)" in refused.stderr
     finally:
         server.send_signal(signal.SIGTERM)
         server.communicate(timeout=60)
