@@ -1,6 +1,7 @@
 """The README's path from the main job to a served model, as a newcomer takes it from a fresh clone: ``artsvc train
---env math`` with the defaults (a relative data directory, the default base model), ``artsvc export --local`` with no
-server, then ``artsvc serve --local`` and a chat completion through the official ``openai`` client and ``artsvc chat``.
+--env math`` with the defaults (a relative data directory, the default base model), ``artsvc export --local --merge``
+with no server (merged into the base the job trained on), then ``artsvc serve --local`` and a chat completion through
+the official ``openai`` client and through ``artsvc chat``.
 
 Kept fast: the default base model's converted directory in the data directory's cache is the tiny LM
 (tests/tiny_lm.py, same tokenizer), placed where the conversion of SmolLM2's GGUF file would be, and the run is one
@@ -61,8 +62,9 @@ def test_train_then_export_locally_then_chat_through_the_openai_client(artsvc, c
     assert trained.exit_code == 0, trained.output
     job_id = json.loads(trained.stdout.splitlines()[-1])["id"]
 
-    exported = artsvc("export", job_id, "-o", "out", "--local")  # no server runs
+    exported = artsvc("export", job_id, "-o", "out", "--local", "--merge")  # no server runs
     assert exported.exit_code == 0, exported.output
+    assert (clone / "out" / "merged" / "model.safetensors").is_file()  # merged into the base the job trained on
     adapter = clone / "out" / "adapter"
     assert {"adapter_config.json", "adapter_model.safetensors", "tokenizer.json"} <= set(os.listdir(adapter))
     assert "optimizer.pt" not in os.listdir(adapter)

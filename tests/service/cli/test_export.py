@@ -19,11 +19,10 @@ from tests.service.api import seeding
 pytestmark = sqlite_only  # the command line's side of things: the API's store is tested in tests/service/api
 
 
-def artsvc(*args: str, cwd: Path, api_url: str = "", token: str = "", **settings: str) -> subprocess.CompletedProcess:
-    """``python -m service ARGS`` with the API's URL and token (and any other ARTSVC_ settings) in the environment,
-    as a user sets them."""
+def artsvc(*args: str, cwd: Path, api_url: str, token: str) -> subprocess.CompletedProcess:
+    """``python -m service ARGS`` with the API's URL and token in the environment, as a user sets them."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ARTSVC_")}
-    env.update(ARTSVC_API_URL=api_url, ARTSVC_TOKEN=token, HF_HUB_OFFLINE="1", **settings)
+    env.update(ARTSVC_API_URL=api_url, ARTSVC_TOKEN=token, HF_HUB_OFFLINE="1")
     argv = [sys.executable, "-m", "service", *args]
     return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
 
@@ -119,24 +118,6 @@ def test_merge_says_when_the_base_model_is_not_here_and_takes_base_model(
                     **run)  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert (out / "merged" / "model.safetensors").is_file()
-
-
-def test_local_exports_from_the_data_directory_with_no_server_and_merges_into_the_base_it_trained_on(
-    engine, settings, job, adapter, tmp_path
-):
-    from transformers import AutoModelForCausalLM
-
-    job_id, _ = job
-    (ckpt.checkpoint_dir(settings, job_id, 2) / "optimizer.pt").write_bytes(bytes(4096))
-    where = {"ARTSVC_DATA_DIR": str(settings.data_dir), "ARTSVC_DATABASE_URL": settings.database_url}
-    result = artsvc("export", job_id, "-o", "out", "--local", "--merge", cwd=tmp_path, api_url="http://127.0.0.1:9",
-                    **where)  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    assert "step 2 to out/adapter" in said(result) and "wrote the merged model" in said(result)
-    out = tmp_path / "out"
-    assert set(os.listdir(out / "adapter")) == ckpt.exported_names(adapter)  # no optimizer.pt
-    merged = AutoModelForCausalLM.from_pretrained(str(out / "merged")).eval()
-    assert torch.allclose(ckpt.logits_of(merged), adapter.logits, atol=1e-4)
 
 
 @pytest.mark.parametrize(
