@@ -47,7 +47,8 @@ class Checkpoints:
         try:
             info = folder.stat()
         except OSError:
-            raise ServingError(404, f"model {name!r}: its checkpoint is gone (pruned by training)", "model_not_found") from None
+            message = f"model {name!r}: its checkpoint is gone (pruned by training)"
+            raise ServingError(404, message, "model_not_found") from None
         from service.backends.transformers.inference import CheckpointModel, NotServable  # MODEL_MODULE
 
         key = (str(folder), info.st_mtime_ns, info.st_ino)
@@ -60,7 +61,8 @@ class Checkpoints:
             raise ServingError(409, f"model {name!r} cannot be served: {exc}", "model_not_servable") from None
         except Exception:  # a corrupt checkpoint: the log has the traceback, the client a reason without paths
             logger.exception("loading the checkpoint %s failed", folder)
-            raise ServingError(409, f"model {name!r}: its checkpoint could not be loaded", "model_not_servable") from None
+            message = f"model {name!r}: its checkpoint could not be loaded"
+            raise ServingError(409, message, "model_not_servable") from None
         self._loaded[key] = loaded
         while len(self._loaded) > self.size:
             self._loaded.popitem(last=False)

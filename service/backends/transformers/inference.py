@@ -1,6 +1,7 @@
 """A trained checkpoint that answers chat completions: its PEFT adapter applied to the base model it was trained
 from, sampled as the training backend's policy server samples it (the chat template with Hermes tools, ``token_id:N``
-logprobs, the same :class:`Generator`).
+logprobs, the same :class:`Generator`), except that the caller's text is tokenized as text, never as control tokens
+(literal_prompt.py). Only the inference process (service/inference/child.py) loads one.
 
 The base is the directory ``adapter_config.json`` names (``base_model_name_or_path``, which the backend writes as an
 absolute path); only safetensors weights are read, of the base and of the adapter, and no model code runs

@@ -28,7 +28,9 @@ class ControlTokenInText(ValueError):
     """A caller's string holds a control token and this template cannot keep it apart as text."""
 
 
-def render_literal_prompt(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
+def render_literal_prompt(
+    tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+) -> list[int]:
     """The prompt's token ids as :func:`chat.render_prompt` renders them, the caller's strings tokenized as text;
     ControlTokenInText where the template cannot keep them apart and one holds a control token."""
     texts: list[str] = []
