@@ -62,8 +62,9 @@ def revoke_token(session: Session, *, token_id: str) -> tuple[TokenPublic, bool]
     return TokenPublic.model_validate(row, from_attributes=True), revoked_now
 
 
-def note_use(connection: Connection, *, token_id: str) -> None:
-    """Record that the token was used now, unless that was recorded within ``LAST_USED_RESOLUTION`` (then the
-    statement changes nothing): concurrent API processes write at most about once a minute per token."""
-    now = utcnow()
-    connection.execute(_NOTE_USE, {"token_id": token_id, "now": now, "stale_before": now - LAST_USED_RESOLUTION})
+def note_uses(connection: Connection, *, uses: dict[str, datetime]) -> None:
+    """Record when tokens were used (token id -> time), each unless a later use within ``LAST_USED_RESOLUTION`` is
+    recorded already (then its statement changes nothing): API processes that saw the same token write it once."""
+    connection.execute(
+        _NOTE_USE, [{"token_id": token_id, "now": at, "stale_before": at - LAST_USED_RESOLUTION} for token_id, at in uses.items()]
+    )

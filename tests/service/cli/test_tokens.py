@@ -12,6 +12,7 @@ import pytest
 from sqlmodel import Session
 from typer.testing import CliRunner, Result
 
+from service.api.token_use import TokenUse
 from service.auth import authenticate, hash_token
 from service.cli import app
 from service.settings import get_settings
@@ -58,7 +59,8 @@ def token_cli(database_url, monkeypatch) -> Callable[..., Result]:
     get_settings.cache_clear()
 
 
-def test_list_shows_every_token_with_its_use_and_never_a_secret(token_cli, client, engine):
+def test_list_shows_every_token_with_its_use_and_never_a_secret(token_cli, app, client, engine):
+    app.state.token_use = TokenUse(engine, flush_after_s=0)  # written at once, not a minute later
     used, headers = seeding.principal(engine, name="ci runner")
     idle, _ = seeding.principal(engine, Role.operator, name="on call")
     job_id = seeding.new_job(engine, owner_id=used)
