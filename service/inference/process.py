@@ -41,7 +41,8 @@ class InferenceProcess:
             "--parent", str(os.getpid()), "--cpu-policy", cpu_policy, "--nice", str(nice),
         ]  # fmt: skip
         threads_env = {name: str(threads) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-        self._env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ, **threads_env}  # service/cpu.py says why passive
+        quiet = {"HF_HUB_DISABLE_PROGRESS_BARS": "1"}  # no loading bars in the server's log
+        self._env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ, **threads_env, **quiet}  # service/cpu.py: passive
         self._child: _Child | None = None
         self._lock = threading.Lock()  # the child, its pending replies and its stdin, shared with the reader threads
         self._ids = itertools.count()

@@ -274,17 +274,17 @@ def test_a_request_past_its_work_bounds_is_refused_and_sampling_stops_at_the_dea
 
 
 def test_one_tenants_flood_waits_its_turns_and_requests_whose_client_left_stop(
-    app, live_server, engine, settings, owned, adapter
+    app, live_server, engine, settings, owned, adapter, inference_process
 ):
     owner, key = owned
     job_id = trained_job(engine, settings, owner, adapter)
     other_owner, other_headers = seeding.principal(engine)
     other = client(live_server, other_headers["Authorization"].removeprefix("Bearer "))
     other_job = trained_job(engine, settings, other_owner, adapter)
-    inference = app.state.inference
-    turns = inference.turns
-    turns.max_waiting = 2
-    long = {"model": job_id, "messages": MESSAGES, "n": 4, "max_tokens": 512}
+    roomy = {"inference_max_waiting_per_tenant": 2, "inference_max_completion_tokens": 8 * 512}
+    app.state.inference = InferenceEngine(settings.model_copy(update=roomy), process=inference_process)
+    turns = app.state.inference.turns
+    long = {"model": job_id, "messages": MESSAGES, "n": 8, "max_tokens": 512}  # several seconds, unless stopped
     assert client(live_server, key).chat.completions.create(model=job_id, messages=MESSAGES, max_tokens=1)  # loaded
 
     answered = send_raw(live_server, key, long)
@@ -307,8 +307,8 @@ def test_one_tenants_flood_waits_its_turns_and_requests_whose_client_left_stop(
 
     waiting[1].close()  # a waiting request whose client left leaves the line
     wait_for(lambda: turns.waiting(owner) == 0)
-    waiting[0].close()  # being answered: it stops, and the turn is free long before 4 × 512 tokens
-    wait_for(lambda: not turns.held, within_s=3)
+    waiting[0].close()  # being answered: it stops, and the turn is free long before 8 × 512 tokens
+    wait_for(lambda: not turns.held, within_s=2)
     assert client(live_server, key).chat.completions.create(model=job_id, messages=MESSAGES, max_tokens=1)
 
 
