@@ -61,8 +61,9 @@ def export(
     api_url: ApiUrlOption = None,
     token: TokenOption = None,
 ) -> None:
-    """Download a job's checkpoint as a PEFT adapter into DIR/adapter; with --merge also write the merged model,
-    which AutoModelForCausalLM.from_pretrained (and vLLM) load, to DIR/merged. Prints DIR."""
+    """Download a job's checkpoint as a PEFT adapter into DIR/adapter (with --local, read it from the data directory
+    instead); with --merge also write the merged model, which AutoModelForCausalLM.from_pretrained (and vLLM) load,
+    to DIR/merged. Prints DIR."""
     if not STEP.match(step):
         raise fail(f"--step must be best, latest or a step number, not {step!r}")
     if base_model is not None and not merge_base:
@@ -146,4 +147,6 @@ def _download(job_id: str, step: str, archive: Path, *, api_url: str | None, tok
         try:
             return client.download_adapter(job_id, step, sink, on_bytes=lambda n: progress.advance(task, n))
         except ApiError as exc:
-            raise ExportError(str(exc)) from None
+            unreachable = exc.status is None
+            raise ExportError(f"{exc}; a job trained here with `artsvc train` exports with --local" if unreachable
+                              else str(exc)) from None  # fmt: skip

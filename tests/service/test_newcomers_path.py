@@ -62,7 +62,9 @@ def test_train_then_export_locally_then_chat_through_the_openai_client(artsvc, c
     assert trained.exit_code == 0, trained.output
     job_id = json.loads(trained.stdout.splitlines()[-1])["id"]
 
-    exported = artsvc("export", job_id, "-o", "out", "--local", "--merge")  # no server runs
+    unreachable = artsvc("export", job_id, "-o", "out", "--api-url", "http://127.0.0.1:9")  # no server runs
+    assert unreachable.exit_code == 2 and "exports with --local" in unreachable.stderr
+    exported = artsvc("export", job_id, "-o", "out", "--local", "--merge")
     assert exported.exit_code == 0, exported.output
     assert (clone / "out" / "merged" / "model.safetensors").is_file()  # merged into the base the job trained on
     adapter = clone / "out" / "adapter"
