@@ -190,3 +190,23 @@ async def test_tools_are_rendered_by_the_template_and_calls_come_back_as_tool_ca
     )
     results = list(tokenize_trajectory_groups(engine.tokenizer, [group], False, True, shuffle_group_trajectories=False))
     assert [t for t, m in zip(results[0].token_ids, results[0].assistant_mask) if m] == forced
+
+
+def test_a_stoppable_prompt_is_encoded_in_chunks_as_one_pass_would_and_a_stop_ends_it_between_chunks(tiny_lm):
+    from transformers import AutoModelForCausalLM
+
+    from service.backends.transformers.generation import PREFILL_CHUNK, Generator, SamplingRequest
+    from service.backends.transformers.models import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_lm)
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_lm)).eval()
+    generator = Generator(model, tokenizer, end_token_ids=chat.end_token_ids(tokenizer))
+    request = SamplingRequest(prompt_ids=tuple(range(100, 100 + 2 * PREFILL_CHUNK + 7)), temperature=0, max_tokens=3)
+    [[whole]] = generator.generate([request])
+    [[chunked]] = generator.generate([request], should_stop=lambda: False)
+    assert chunked.token_ids == whole.token_ids
+    assert max(abs(a - b) for a, b in zip(chunked.logprobs, whole.logprobs)) < 1e-4
+
+    asked: list[int] = []
+    [[stopped]] = generator.generate([request], should_stop=lambda: asked.append(1) or len(asked) > 1)
+    assert stopped.token_ids == [] and stopped.finish_reason == "length" and len(asked) == 2  # before the second chunk

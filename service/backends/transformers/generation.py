@@ -19,6 +19,13 @@ from transformers import DynamicCache
 from service.backends.openai_server import Sample
 
 
+PREFILL_CHUNK = 512  # prompt tokens encoded per forward pass where sampling may be stopped
+
+
+class _Stopped(Exception):
+    """``should_stop`` turned true while the prompt was being encoded."""
+
+
 @dataclass(frozen=True)
 class SamplingRequest:
     prompt_ids: tuple[int, ...]
@@ -49,6 +56,10 @@ def _common_prefix(prompts: list[tuple[int, ...]]) -> int:
     return length
 
 
+def _samples(requests: list[SamplingRequest], rows: list[_Row]) -> list[list[Sample]]:
+    return [[row.sample for row in rows if row.request is r] for r in requests]
+
+
 def _choose(logits: torch.Tensor, row: _Row) -> int:
     request = row.request
     if request.temperature == 0:
@@ -76,9 +87,10 @@ class Generator:
     def generate(
         self, requests: list[SamplingRequest], *, should_stop: Callable[[], bool] | None = None
     ) -> list[list[Sample]]:
-        """One list of ``request.n`` samples per request, decoded together. ``should_stop`` is asked before each
-        decoding step (a client gone, a deadline passed): once true, what was sampled is returned, the unfinished
-        samples' finish_reason ``length``."""
+        """One list of ``request.n`` samples per request, decoded together. ``should_stop`` (a client gone, a deadline
+        passed) is asked before each decoding step and, the shared prompt then encoded ``PREFILL_CHUNK`` tokens at a
+        time, before each chunk: once true, what was sampled is returned, the unfinished samples' finish_reason
+        ``length``."""
         prompts = list(dict.fromkeys(r.prompt_ids for r in requests))
         rows = [
             _Row(
@@ -90,7 +102,10 @@ class Generator:
             for r in requests
             for i in range(r.n)
         ]
-        cache, mask, logits = self._prefill(prompts)
+        try:
+            cache, mask, logits = self._prefill(prompts, should_stop)
+        except _Stopped:
+            return _samples(requests, rows)
         index = torch.tensor([row.prompt for row in rows], device=self.device)
         cache.reorder_cache(index)
         mask, logits = mask[index], logits[index]
@@ -106,19 +121,25 @@ class Generator:
             positions = mask.sum(dim=1, keepdim=True) - 1
             out = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True)
             logits = out.logits[:, -1, :].float()
-        return [[row.sample for row in rows if row.request is r] for r in requests]
+        return _samples(requests, rows)
 
-    def _prefill(self, prompts: list[tuple[int, ...]]) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
+    def _prefill(
+        self, prompts: list[tuple[int, ...]], should_stop: Callable[[], bool] | None
+    ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
         """The cache after every distinct prompt, its attention mask, and each prompt's next-token logits.
 
-        The shared prefix is encoded once and copied to every prompt; the rest is left-padded after it, the
-        padding masked out and skipped by the positions."""
+        The shared prefix is encoded once and copied to every prompt, in chunks where ``should_stop`` is given (_Stopped
+        once it is true); the rest is left-padded after it, the padding masked out and skipped by the positions."""
         device = self.device
         cache = DynamicCache()
         shared = _common_prefix(prompts)
         if shared:
-            prefix = torch.tensor([prompts[0][:shared]], device=device)
-            self.model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            chunk = PREFILL_CHUNK if should_stop is not None else shared
+            for start in range(0, shared, chunk):
+                if should_stop is not None and should_stop():
+                    raise _Stopped
+                prefix = torch.tensor([prompts[0][start : min(start + chunk, shared)]], device=device)
+                self.model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
             cache.reorder_cache(torch.zeros(len(prompts), dtype=torch.long, device=device))
         rests = [p[shared:] for p in prompts]
         width = max(len(r) for r in rests)
