@@ -240,8 +240,9 @@ class Settings(BaseSettings):
         30.0,
         gt=0,
         le=3_600,
-        description="Seconds one chat completion may sample for; then sampling stops and the choices end with "
-        "finish_reason `length`, so one request holds the inference process for a bounded time.",
+        description="Seconds one chat completion may spend encoding its prompt and sampling; then it stops and the "
+        "choices end with finish_reason `length` (empty if the prompt was not read yet), so one request holds the "
+        "inference process for a bounded time.",
     )
     inference_max_waiting_per_tenant: int = Field(
         4,

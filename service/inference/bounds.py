@@ -1,6 +1,7 @@
 """How much work one chat completion may ask for, checked before any model work: prompt tokens × n (each choice
 holds the prompt's cache in memory) and n × max_tokens (the tokens decoded), each refused with a 400 naming the
-limit and its setting; and a deadline after which generation stops (service/inference/child.py)."""
+limit and its setting; and a deadline after which the prompt's encoding (between chunks) or sampling (between tokens)
+stops (service/inference/child.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from service.settings import Settings
 class Bounds:
     max_prompt_tokens: int  # prompt tokens × n
     max_completion_tokens: int  # n × max_tokens
-    deadline_s: float  # from the start of sampling; what is sampled by then is returned, finish_reason "length"
+    deadline_s: float  # from the prompt's encoding on; what is sampled by then is returned, finish_reason "length"
 
     @classmethod
     def of(cls, settings: Settings) -> Bounds:
