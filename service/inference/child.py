@@ -6,8 +6,8 @@ on the threads its environment allows (``OMP_NUM_THREADS``), and reads JSON line
 ``{"op": "complete", "id", "folder", "model", "request", "default_max_tokens", "bounds"}`` and ``{"op": "cancel",
 "id"}``. It writes one JSON line per completion to its stdout: ``{"id", "body"}``, ``{"id", "error": {"status",
 "message", "code"}}`` or ``{"id", "cancelled": true}``. A cancel, or the deadline in ``bounds``, is seen before each
-chunk of the prompt encoded and each token decoded. The last ``CACHE_SIZE`` checkpoints used stay loaded, keyed by directory, modification time and inode,
-so a checkpoint rewritten in place loads again. Closing stdin ends it.
+chunk of the prompt encoded and each token decoded. The last ``CACHE_SIZE`` checkpoints used stay loaded, keyed by
+directory, modification time and inode, so a checkpoint rewritten in place loads again. Closing stdin ends it.
 """
 
 from __future__ import annotations
