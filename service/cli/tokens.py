@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
-from rich.table import Table
+from rich.table import Column, Table
 from sqlmodel import Session
 
 from service.auth import create_token
@@ -72,7 +72,8 @@ def list_tokens(
         for token in found:
             typer.echo(token.model_dump_json())
         return
-    table = Table("id", "name", "role", "created", "last used", "revoked")
+    table = Table(Column("id", no_wrap=True, min_width=36), "name", Column("role", no_wrap=True),  # id whole: `revoke` takes it
+                  "created (UTC)", "last used", "revoked")  # fmt: skip
     for token in found:
         table.add_row(token.id, escape(token.name), token.role.value, _when(token.created_at),
                       _when(token.last_used_at, never="never"), _when(token.revoked_at, never=""))  # fmt: skip
@@ -89,10 +90,9 @@ def revoke(token_id: Annotated[str, typer.Argument(metavar="ID", help="The token
         except tokens.UnknownToken:
             raise fail(f"no token {token_id!r}: see `artsvc token list`") from None
         session.commit()
-    said = "revoked" if revoked_now else "was already revoked at"
-    console.print(f"{said} {token.role.value} token {token.id} ({escape(token.name)})"
-                  + ("" if revoked_now else f" {_when(token.revoked_at)}"), highlight=False)  # fmt: skip
+    said = "revoked" if revoked_now else f"was already revoked at {_when(token.revoked_at)} UTC; nothing changed"
+    console.print(f"{token.role.value} token {token.id} ({escape(token.name)}) {said}", soft_wrap=True, highlight=False)
 
 
 def _when(moment: datetime | None, *, never: str = "") -> str:
-    return moment.strftime("%Y-%m-%d %H:%M UTC") if moment is not None else never
+    return moment.strftime("%Y-%m-%d %H:%M") if moment is not None else never
