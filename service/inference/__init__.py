@@ -18,6 +18,7 @@ Importing this package loads no torch: the child does.
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,10 @@ from service.settings import Settings
 
 __all__ = ["InferenceEngine"]
 
+logger = logging.getLogger(__name__)
+
 RETRY_AFTER_S = 5
+STUCK_S = 300  # past the deadline, a request still unanswered (a hung child; loading a checkpoint counts) is abandoned
 
 
 class InferenceEngine:
@@ -73,10 +77,14 @@ class InferenceEngine:
             raise
         reply.add_done_callback(lambda _: self.turns.release())  # the turn passes on when the child is free
         try:
-            answer = await asyncio.shield(reply)
+            answer = await asyncio.wait_for(asyncio.shield(reply), self.bounds.deadline_s + STUCK_S)
         except asyncio.CancelledError:
             self.process.cancel(message_id)
             raise
+        except TimeoutError:
+            logger.error("the inference process answered nothing in %s s: killing it", self.bounds.deadline_s + STUCK_S)
+            await asyncio.to_thread(self.process.close)  # what it was sent gets 503; the next request starts another
+            answer = await reply
         if "error" in answer:
             error = answer["error"]
             headers = {"Retry-After": str(RETRY_AFTER_S)} if error["status"] == 503 else None

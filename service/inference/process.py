@@ -1,5 +1,5 @@
 """The API's side of the inference process (service/inference/child.py): started on first use, started again on the
-next use after it died, stopped by ``close``.
+next use after it died or was closed.
 
 Messages are JSON lines on the child's stdin; a thread per child reads its replies and resolves each on the event
 loop that asked. Should the child die (killed, out of memory), what it was answering gets 503 and the next request
@@ -22,7 +22,6 @@ from typing import Any
 
 from service.settings import Settings
 
-STOP_WAIT_S = 5.0
 DIED = {"status": 503, "message": "the inference process stopped while answering; retry", "code": "inference_restarted"}
 
 
@@ -80,16 +79,12 @@ class InferenceProcess:
                 self._send(child, {"op": "cancel", "id": message_id})
 
     def close(self) -> None:
-        """Stop the child (SIGTERM, SIGKILL after ``STOP_WAIT_S``); what it was answering gets 503."""
+        """Kill the child (it holds nothing to save); what it was answering gets 503, the next use starts another."""
         with self._lock:
             child, self._child = self._child, None
-        if child is None:
-            return
-        child.popen.terminate()
-        try:
-            child.popen.wait(STOP_WAIT_S)
-        except subprocess.TimeoutExpired:
+        if child is not None:
             child.popen.kill()
+            child.popen.wait()
 
     def _running(self) -> _Child:
         if self._child is None or self._child.popen.poll() is not None:

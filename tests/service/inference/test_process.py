@@ -1,6 +1,6 @@
 """The inference process as the API starts it: a child of its own at the workers' CPU policy with bounded torch
-threads, started again when it dies, and gone when its parent dies (kill -9 included). No model is loaded: a
-checkpoint that does not exist is answered 404 by the child."""
+threads, started again when it dies, killed and replaced when it answers nothing long past the deadline, and gone
+when its parent dies (kill -9 included). No model is loaded: a checkpoint that does not exist is answered 404."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from service import inference
+from service.backends.openai_server import ChatCompletionRequest, ServingError
 from service.inference.process import InferenceProcess
 from service.settings import Settings
 
@@ -80,3 +82,28 @@ def test_the_child_dies_with_its_parent():
         parent.kill()
         parent.wait()
     wait_for(lambda: gone(child), within_s=5)
+
+
+def test_a_child_that_answers_nothing_is_killed_past_the_deadline_and_replaced(tmp_path, monkeypatch):
+    monkeypatch.setattr(inference, "STUCK_S", 0.5)
+    settings = Settings(_env_file=None, data_dir=tmp_path, worker_cpu_policy="nice", inference_deadline_s=0.5)
+    engine = inference.InferenceEngine(settings)
+    request = ChatCompletionRequest.model_validate(MISSING["request"])
+
+    async def status() -> int:
+        try:
+            await engine.complete(Path(MISSING["folder"]), request, model="job@1", tenant="t")
+        except ServingError as exc:
+            return exc.status
+        raise AssertionError("answered")
+
+    try:
+        engine.process.start()
+        stuck = engine.process.pid
+        os.kill(stuck, signal.SIGSTOP)
+        started = time.monotonic()
+        assert asyncio.run(status()) == 503 and time.monotonic() - started < 5
+        assert gone(stuck) and not engine.turns.held
+        assert asyncio.run(status()) == 404  # a new child answers
+    finally:
+        engine.close()
