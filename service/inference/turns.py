@@ -39,8 +39,7 @@ class FairTurns:
         if not self._held and not self._lines:
             self._held, self._holder = True, tenant
             return
-        line = self._lines.get(tenant)
-        if line is not None and len(line) >= self.max_waiting or line is None and self.max_waiting < 1:
+        if self.waiting(tenant) >= self.max_waiting:
             raise TurnsFull(tenant)
         turn = asyncio.get_running_loop().create_future()
         self._lines.setdefault(tenant, deque()).append(turn)
