@@ -33,8 +33,8 @@ async def train(*, data_dir: Path, steps: int, seed: int, groups_per_step: int, 
     backend = EmbeddedBackend(path=data_dir / "models", cache_dir=data_dir / "cache", seed=seed)
     model = art.TrainableModel(name="plain", project="bench", base_model="embedded/char-gpt-0.8m", base_path=str(data_dir / "art"))
     await model.register(backend)
-    demos = env.demonstrations(seed=seed, count=51_200)
-    config = art.TrainSFTConfig(learning_rate=cosine_schedule(1e-3, -(-len(demos) // 64)), batch_size=64)
+    demos, count = env.demonstrations(seed=seed, count=51_200), 51_200
+    config = art.TrainSFTConfig(learning_rate=cosine_schedule(1e-3, -(-count // 64)), batch_size=64)
     async for _ in backend._train_sft(model, demos, config, {}, False):
         pass
     step_ends, rewards = [], []

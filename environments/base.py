@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import entry_points
@@ -77,8 +77,9 @@ class Environment(Protocol):
     def is_correct(self, trajectory: art.Trajectory) -> bool:
         """Whether a validation trajectory counts towards validation accuracy."""
 
-    def demonstrations(self, *, seed: int, count: int) -> list[art.Trajectory]:
-        """Warm-start trajectories (assistant turns as plain messages), opening as rollouts do [none]."""
+    def demonstrations(self, *, seed: int, count: int) -> Iterable[art.Trajectory]:
+        """``count`` warm-start trajectories (assistant turns as plain messages), opening as rollouts do [none]; the
+        same for the same ``seed``, and best generated as they are read (a warm start streams them) [none]."""
 
 
 PROTOCOL_MEMBERS = tuple(Environment.__annotations__) + tuple(

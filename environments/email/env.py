@@ -8,6 +8,7 @@ shaped reward while validation counts :func:`~environments.email.verifier.verify
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from environments.base import BaseEnvironment, Sampling, file_fingerprint, new_trajectory
@@ -88,26 +89,23 @@ class EmailEnvironment(BaseEnvironment):
     def is_correct(self, trajectory: art.Trajectory) -> bool:
         return trajectory.metadata.get("outcome") == "correct"
 
-    def demonstrations(self, *, seed: int, count: int) -> list[art.Trajectory]:
-        """``count`` demonstrator episodes on train scenarios drawn with replacement, deterministic in ``seed``."""
+    def demonstrations(self, *, seed: int, count: int) -> Iterator[art.Trajectory]:
+        """``count`` demonstrator episodes on train scenarios drawn with replacement, deterministic in ``seed``,
+        played as they are read."""
         rng = random.Random(seed)
         train = self.scenarios("train")
-        demos = []
         for _ in range(count):
             scenario = rng.choice(train)
             seed = rng.randrange(2**32)
             played = play(scenario, demonstrator, max_turns=self.max_turns, seed=seed, opening=self.opening(scenario))
-            demos.append(
-                new_trajectory(
-                    messages_and_choices=played.messages,
-                    tools=list(self.tools),
-                    reward=played.result.reward,
-                    metrics=dict(played.result.metrics),
-                    metadata={
-                        "scenario_id": scenario["id"],
-                        "outcome": played.result.outcome,
-                        "scorer_version": SCORER_VERSION,
-                    },
-                )
+            yield new_trajectory(
+                messages_and_choices=played.messages,
+                tools=list(self.tools),
+                reward=played.result.reward,
+                metrics=dict(played.result.metrics),
+                metadata={
+                    "scenario_id": scenario["id"],
+                    "outcome": played.result.outcome,
+                    "scorer_version": SCORER_VERSION,
+                },
             )
-        return demos

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from environments.base import BaseEnvironment, Sampling, new_trajectory
@@ -91,8 +92,8 @@ class MathEnvironment(BaseEnvironment):
     def is_correct(self, trajectory: art.Trajectory) -> bool:
         return trajectory.metadata.get("outcome") == "correct"
 
-    def demonstrations(self, *, seed: int, count: int) -> list[art.Trajectory]:
-        return [
+    def demonstrations(self, *, seed: int, count: int) -> Iterator[art.Trajectory]:
+        return (
             new_trajectory(messages_and_choices=[*self.opening(row), {"role": "assistant", "content": reply}])
             for row, reply in demonstrations(list(self.scenarios("train")), seed=seed, count=count)
-        ]
+        )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -131,18 +132,17 @@ class Twenty48Environment(BaseEnvironment):
     def is_correct(self, trajectory: art.Trajectory) -> bool:
         return trajectory.metadata.get("outcome") == scoring.WIN
 
-    def demonstrations(self, *, seed: int, count: int) -> list[art.Trajectory]:
-        """``count`` whole games of the heuristic player on train seeds drawn (with replacement) from ``seed``."""
+    def demonstrations(self, *, seed: int, count: int) -> Iterator[art.Trajectory]:
+        """``count`` whole games of the heuristic player on train seeds drawn (with replacement) from ``seed``, played
+        as they are read."""
         rng = random.Random(seed)
         train = self.scenarios("train")
-        demos = []
         for _ in range(count):
             game = new_game(int(rng.choice(train)["seed"]))
             player_rng = random.Random(rng.getrandbits(64))
             turns = play(game, player_rng, target_tile=self.target_tile, max_turns=self.max_turns)
             played = [m for turn in turns for m in _demonstrated_turn(*turn)]
-            demos.append(new_trajectory(messages_and_choices=[*self.preamble(), *played]))
-        return demos
+            yield new_trajectory(messages_and_choices=[*self.preamble(), *played])
 
 
 def _demonstrated_turn(board: Board, direction: str) -> tuple[dict[str, str], dict[str, str]]:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import secrets
 import socket
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
@@ -41,6 +43,28 @@ def parse_model_name(model: str) -> tuple[str, int | None]:
     return name, int(step_text)
 
 
+@dataclass(frozen=True)
+class SftBatches:
+    """ART's supervised batches of ``size`` trajectories, each with its learning rate (``learning_rate``: one for all,
+    or ART's list, one per batch), read from ``trajectories`` as they are iterated: one batch is held at a time, so a
+    stream of demonstrations stays a stream. Iterating again reads ``trajectories`` again (a re-iterable source can be
+    read twice). ValueError at the first batch that has no learning rate in ART's list; fewer batches than rates
+    (a source shorter than announced) end the schedule early."""
+
+    trajectories: Iterable[art.Trajectory]
+    size: int
+    learning_rate: float | list[float]
+
+    def __iter__(self) -> Iterator[tuple[list[art.Trajectory], float]]:
+        items = iter(self.trajectories)
+        given = self.learning_rate
+        rates = iter(given) if isinstance(given, list) else itertools.repeat(given)
+        while batch := list(itertools.islice(items, self.size)):
+            if (rate := next(rates, None)) is None:
+                raise ValueError(f"{len(given)} learning rates given for more batches")  # type: ignore[arg-type]
+            yield batch, rate
+
+
 class LoopbackServing:
     """The server's life cycle and the model thread; subclasses give ``_generate`` and their chat format."""
 
@@ -51,6 +75,7 @@ class LoopbackServing:
         self._server: _QuietServer | None = None
         self._server_task: asyncio.Task[None] | None = None
         self._base_url: str | None = None
+        self._closing = False
 
     async def _serve(self, generate: Generate, fmt: ChatFormat) -> tuple[str, str]:
         """Start the server once; its base URL and API key."""
@@ -76,6 +101,9 @@ class LoopbackServing:
         return self._base_url
 
     async def close(self) -> None:
+        """Stop serving, then the model thread. Requests still in flight (the rollouts of a step a stop dropped) are
+        answered 503 at once rather than computed: only the model call under way ends first."""
+        self._closing = True
         if self._server is not None and self._server_task is not None:
             self._server.should_exit = True
             await self._server_task
@@ -84,7 +112,13 @@ class LoopbackServing:
 
     async def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """``fn`` on the model thread: training and sampling never overlap."""
-        return await asyncio.get_running_loop().run_in_executor(self._executor, lambda: fn(*args, **kwargs))
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: self._unless_closing(fn, *args, **kwargs))
+
+    def _unless_closing(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        if self._closing:
+            raise ServingError(503, "the backend is closing", "unavailable")
+        return fn(*args, **kwargs)
 
 
 class InProcessBackend(LoopbackServing):
@@ -152,18 +186,11 @@ class InProcessBackend(LoopbackServing):
         verbose: bool = False,
     ) -> AsyncIterator[dict[str, float]]:
         """ART's supervised fine-tuning: one optimizer step per ``config.batch_size`` trajectories, in order, each at
-        its own learning rate when ART gives a list (one per batch); the engine's part is ``_sft``."""
-        items = list(trajectories)
+        its own learning rate when ART gives a list (one per batch); the engine's part is ``_sft``. The trajectories
+        are read a batch at a time as they are trained (``SftBatches``)."""
         size = self.sft_batch_size if config.batch_size == "auto" else int(config.batch_size)
-        batches = [items[i : i + size] for i in range(0, len(items), size)]
-        rates = config.learning_rate if isinstance(config.learning_rate, list) else [config.learning_rate] * len(batches)
-        if len(rates) != len(batches):
-            raise ValueError(f"{len(rates)} learning rates given for {len(batches)} batches")
-        async for metrics in self._sft(self._engine(model.name), batches, rates, size):
+        async for metrics in self._sft(self._engine(model.name), SftBatches(trajectories, size, config.learning_rate)):
             yield metrics
 
-    def _sft(
-        self, engine: Any, batches: list[list[art.Trajectory]], rates: list[float], batch_size: int
-    ) -> AsyncIterator[dict[str, float]]:
+    def _sft(self, engine: Any, batches: SftBatches) -> AsyncIterator[dict[str, float]]:
         raise NotImplementedError
-

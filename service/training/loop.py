@@ -20,7 +20,7 @@ from service import manifests
 from service.backends import make_backend
 from service.backends.models import trainable_model
 from service.runner import stopping
-from service.runner.control import JobHooks, JobInterrupted, fenced, interrupt_if_asked
+from service.runner.control import JobCancelled, JobHooks, JobInterrupted, fenced, interrupt_if_asked
 from service.runner.finish import finish
 from service.runner.stopping import Decision
 from service.settings import Settings, get_settings
@@ -44,7 +44,8 @@ async def run_job(
     Failures inside the run are recorded on the job (status failed, stop reason error) and
     re-raised to the caller. An interruption (Ctrl-C, task cancellation, JobInterrupted from
     ``hooks.should_stop``, LeaseLost from ``hooks.holds_job``) records nothing: the job stays
-    resumable from its last checkpointed step. A cancel requested through the store stops it at the next step boundary as cancelled.
+    resumable from its last checkpointed step. A cancel requested through the store stops it as cancelled at the next
+    step boundary, or within about a second inside a warm start, a step's rollouts or a validation.
     ``settings`` (default: the process's) say which judges the operator allows and where they are.
     """
     hooks = hooks or JobHooks()
@@ -79,6 +80,8 @@ async def run_job(
         return finish(db, hooks, job_id, status=JobStatus.succeeded, stop_reason=decision.stop_reason, decision=decision)
     except JobInterrupted:
         raise
+    except JobCancelled:  # seen inside a phase; what the phase did is dropped
+        return finish(db, hooks, job_id, status=JobStatus.cancelled, stop_reason=StopReason.cancelled)
     except JudgeOutage as exc:  # the judge's failure, recorded as the job's stop; the worker goes on
         return finish(db, hooks, job_id, status=JobStatus.failed, stop_reason=StopReason.error, error=str(exc))
     except Exception as exc:
@@ -129,8 +132,7 @@ def _at_boundary(run: Run) -> StopReason | None:
     """Before a step: whether a cancel was asked through the store (it wins over an interruption: the job ends
     cancelled even while its process stops), else JobInterrupted if the process asks the job to stop, else
     whether the judge budget is spent."""
-    with run.session() as session:
-        cancel_requested = runs.get_job(session, job_id=run.job_id).cancel_requested
+    cancel_requested = run.check_stop.cancel_requested()
     if not cancel_requested:
         interrupt_if_asked(run.hooks, run.job_id)
     return stopping.at_boundary(cancel_requested=cancel_requested, budget_spent=run.budget.spent)

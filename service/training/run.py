@@ -13,7 +13,7 @@ from sqlmodel import Session
 
 from environments.base import Environment
 from judges.usage import JudgeBudget
-from service.runner.control import JobHooks, fenced
+from service.runner.control import JobHooks, StopCheck, fenced
 from service.spec import JobSpec
 from service.store.tables import Alert
 from service.training.judging import Judge
@@ -33,6 +33,10 @@ class Run:
     judge: Judge | None = None
     budget: JudgeBudget = field(default_factory=lambda: JudgeBudget(None))  # the judge's, shared by its calls
     baseline_accuracy: float | None = None  # the baseline model's accuracy on the validation examples
+    check_stop: StopCheck = field(init=False)  # asked inside long phases: JobCancelled, JobInterrupted
+
+    def __post_init__(self) -> None:
+        self.check_stop = StopCheck(self.db, self.hooks, self.job_id)
 
     def session(self) -> Session:
         """A session to read the store (writes go through ``write``)."""

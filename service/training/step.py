@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Coroutine
+from typing import Any
 
 import art
 from openai.types.chat.chat_completion import Choice
@@ -57,26 +60,35 @@ async def _rollouts(run: Run, step: int, judging: StepJudging | None) -> list[ar
     spec = run.spec
     scenarios = batch_for_step(run.env.scenarios("train"), seed=spec.seed, step=step, size=spec.training.groups_per_step)
 
+    in_flight: set[asyncio.Task[art.Trajectory]] = set()  # so that a stop can cancel each rollout
+
+    def started(rollout: Coroutine[Any, Any, art.Trajectory]) -> asyncio.Task[art.Trajectory]:
+        task = asyncio.ensure_future(rollout)
+        in_flight.add(task)
+        task.add_done_callback(in_flight.discard)
+        return task
+
     def rollouts(scenario: dict) -> art.TrajectoryGroup:
         return art.TrajectoryGroup(
             (
-                run.env.rollout(
+                started(run.env.rollout(
                     run.model,
                     scenario,
                     Sampling(temperature=spec.training.temperature, seed=derive_seed(spec.seed, "train", step, scenario["id"], i)),
-                )
+                ))
                 for i in range(spec.training.group_size)
             ),
             metadata={"scenario_id": str(scenario["id"])},  # what a grader grades the group's replies against
         )
 
     total = spec.training.groups_per_step * spec.training.group_size
-    return await art.gather_trajectory_groups(
+    gathered = art.gather_trajectory_groups(
         (rollouts(s) for s in scenarios),
         pbar_desc=None,
         max_exceptions=int(total * ROLLOUT_FAILURE_TOLERANCE),
         after_each=judging.after_each if judging is not None else None,
     )
+    return await run.check_stop.guard(gathered, parts=in_flight)  # a cancel or a stop drops the rollouts in flight
 
 
 def _completion_chars(trajectory: art.Trajectory) -> int:

@@ -91,6 +91,7 @@ async def _measure(
                                   temperature=spec.training.temperature, outcomes={}, wall_time_s=0.0)  # fmt: skip
         return values, []
     rows = run.env.scenarios("val")[: spec.validation.max_examples]
-    values, trajectories = await validate(run.env, run.model, rows, seed=spec.seed, temperature=spec.validation.temperature)
+    measured = validate(run.env, run.model, rows, seed=spec.seed, temperature=spec.validation.temperature)
+    values, trajectories = await run.check_stop.guard(measured)
     await run.model.log(trajectories, split="val", step=step)
     return values, trajectories

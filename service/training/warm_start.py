@@ -1,13 +1,21 @@
-"""The supervised warm start a job's policy gets once, on its environment's demonstrations, before any RL step."""
+"""The supervised warm start a job's policy gets once, on its environment's demonstrations, before any RL step.
+
+The demonstrations are a stream: generated as the backend trains on them, a batch at a time, so a warm start's memory
+does not grow with its size (service/settings.py ``max_warm_start_examples`` bounds its time).
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass
+from itertools import islice
 
 import art
 from openai.types.chat.chat_completion import Choice
 
+from environments.base import Environment
 from environments.prompts import is_example
 from service import manifests
 from service.training.run import Run
@@ -15,6 +23,21 @@ from service.training.schedule import cosine_schedule
 
 WARM_START_STATE_KEY = "artsvc_warm_start"
 WARM_START_TURNS_PER_BATCH = 64
+SIZING_SAMPLE = 256  # demonstrations read first to size the batches
+
+
+@dataclass(frozen=True)
+class Demonstrations:
+    """The environment's ``count`` demonstrations for ``seed``, generated anew (the same ones, in the same order) each
+    time they are iterated, so a backend may read them twice (the embedded one fingerprints them first) and none
+    is kept."""
+
+    env: Environment
+    seed: int
+    count: int
+
+    def __iter__(self) -> Iterator[art.Trajectory]:
+        return iter(self.env.demonstrations(seed=self.seed, count=self.count))
 
 
 def warm_start_batch_size(demos: Sequence[art.Trajectory]) -> int:
@@ -34,21 +57,33 @@ def warm_start_batch_size(demos: Sequence[art.Trajectory]) -> int:
 
 
 async def warm_start(run: Run) -> None:
-    """Supervised warm start on the environment's demonstrations, once per model (its state remembers it)."""
+    """Supervised warm start on the environment's demonstrations, once per model (its state remembers it), sized on
+    its first SIZING_SAMPLE demonstrations. A cancel, a shutdown or a lost lease (``run.check_stop``) stops it within
+    about a second, JobCancelled or JobInterrupted raised, the policy's saved weights untouched."""
     count = manifests.warm_start_examples(run.spec, run.env)
     if (run.model.read_state() or {}).get(WARM_START_STATE_KEY) or count == 0:
         return
-    demos = run.env.demonstrations(seed=run.spec.seed, count=count)
-    if not demos:
+    demos = Demonstrations(run.env, run.spec.seed, count)
+    if (batch_size := _sized_on_a_sample(demos)) is None:
         return
-    batch_size = warm_start_batch_size(demos)
-    batches = -(-len(demos) // batch_size)
+    started = time.monotonic()
+    await run.check_stop.guard(_train(run, demos, batch_size=batch_size, batches=-(-count // batch_size)))
+    run.model.merge_state({WARM_START_STATE_KEY: {"examples": count, "seconds": time.monotonic() - started}})
+
+
+def _sized_on_a_sample(demos: Demonstrations) -> int | None:
+    """The batch size ``warm_start_batch_size`` gives the first SIZING_SAMPLE demonstrations (none kept); None when
+    the environment has none."""
+    sample = list(islice(demos, SIZING_SAMPLE))
+    return warm_start_batch_size(sample) if sample else None
+
+
+async def _train(run: Run, demos: Demonstrations, *, batch_size: int, batches: int) -> None:
     config = art.TrainSFTConfig(
         learning_rate=cosine_schedule(run.spec.training.warm_start_learning_rate, batches), batch_size=batch_size
     )
-    started = time.monotonic()
     done = 0
-    async for metrics in run.backend._train_sft(run.model, demos, config, {}, False):
-        done = batches if metrics.get("cache_hit") else done + 1
-        run.on_event("warm_start", {"batch": done, "batches": batches, "loss": metrics.get("loss")})
-    run.model.merge_state({WARM_START_STATE_KEY: {"examples": len(demos), "seconds": time.monotonic() - started}})
+    async with aclosing(run.backend._train_sft(run.model, demos, config, {}, False)) as trained:
+        async for metrics in trained:
+            done = batches if metrics.get("cache_hit") else done + 1
+            run.on_event("warm_start", {"batch": done, "batches": batches, "loss": metrics.get("loss")})

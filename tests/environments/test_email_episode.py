@@ -144,9 +144,9 @@ def test_oracle_conversation_is_openai_format_and_finds_the_answer_by_reading(va
 
 
 def test_demonstrations_are_deterministic_for_a_seed(env):
-    first = env.demonstrations(seed=7, count=40)
-    again = env.demonstrations(seed=7, count=40)
-    other = env.demonstrations(seed=8, count=40)
+    first = list(env.demonstrations(seed=7, count=40))
+    again = list(env.demonstrations(seed=7, count=40))
+    other = list(env.demonstrations(seed=8, count=40))
     assert [d.messages_and_choices for d in first] == [d.messages_and_choices for d in again]
     assert [d.messages_and_choices for d in first] != [d.messages_and_choices for d in other]
     train_questions = {s["question"] for s in env.scenarios("train")}

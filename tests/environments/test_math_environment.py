@@ -42,7 +42,7 @@ def test_every_row_is_scorable_by_its_own_answer():
 
 def test_demonstrations_are_sloppy_in_the_stated_proportions_and_deterministic():
     env = MathEnvironment()
-    demos = env.demonstrations(seed=1, count=4000)
+    demos = list(env.demonstrations(seed=1, count=4000))
     again = env.demonstrations(seed=1, count=50)
     assert [d.messages_and_choices for d in demos[:50]] == [d.messages_and_choices for d in again]
     rows = {r["prompt"]: r for r in env.scenarios("train")}

@@ -71,7 +71,7 @@ def test_the_player_keeps_to_the_corner_and_slips_only_to_valid_moves():
 
 def test_demonstrations_are_deterministic_whole_games_of_valid_moves():
     env = Twenty48Environment()
-    demos = env.demonstrations(seed=5, count=20)
+    demos = list(env.demonstrations(seed=5, count=20))
     again, other = (env.demonstrations(seed=s, count=20) for s in (5, 6))
     assert [d.messages_and_choices for d in demos] == [d.messages_and_choices for d in again]
     assert [d.messages_and_choices for d in demos] != [d.messages_and_choices for d in other]

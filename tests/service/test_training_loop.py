@@ -191,7 +191,7 @@ async def test_should_stop_interrupts_without_recording_and_the_job_resumes(tmp_
 
 
 def test_the_openings_few_shot_turns_are_not_counted_as_demonstrated_replies():
-    demos = MathEnvironment().demonstrations(seed=0, count=640)  # each: two example replies, then its own
+    demos = list(MathEnvironment().demonstrations(seed=0, count=640))  # each: two example replies, then its own
     assert warm_start_batch_size(demos) == WARM_START_TURNS_PER_BATCH
 
 

@@ -8,7 +8,9 @@ content, since training is deterministic); ``train`` takes a GRPO step and check
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import dataclasses
+import itertools
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import art
@@ -23,8 +25,9 @@ from service.backends.embedded.sampler import SamplingRequest
 from service.backends.embedded.sequences import TokenSequence, trajectory_windows
 from service.backends.embedded.tokenizer import decode_token, render_prompt
 from service.backends.openai_server import ChatCompletionRequest, Sample, ServingError
-from service.backends.serving import InProcessBackend, parse_model_name
+from service.backends.serving import InProcessBackend, SftBatches, parse_model_name
 
+FINGERPRINT_BATCHES_AT_ONCE = 16  # batches of a warm start fingerprinted per call on the model thread
 
 
 class CharacterChat:
@@ -99,27 +102,40 @@ class EmbeddedBackend(InProcessBackend):
         grpo = GRPOConfig(kl_penalty_coef=kl_penalty_coef, **({} if epsilon is None else {"epsilon": epsilon}))
         return await self._run(engine.grpo_step, sequences, learning_rate=learning_rate, grpo=grpo)
 
-    async def _sft(
-        self, engine: PolicyEngine, batches: list[list[art.Trajectory]], rates: list[float], batch_size: int
-    ) -> AsyncIterator[dict[str, float]]:
+    async def _sft(self, engine: PolicyEngine, batches: SftBatches) -> AsyncIterator[dict[str, float]]:
         """Fine-tune on each batch's assistant turns, each trajectory cut into context-sized windows.
 
         The result replaces the current checkpoint and becomes the KL reference. A run whose
-        start weights, data and schedule were seen before is loaded from the cache instead.
+        start weights, data and schedule were seen before is loaded from the cache instead: the
+        batches are read once to fingerprint the run (nothing kept), then again to train it.
         """
-        windowed = [
-            [w for t in batch for w in trajectory_windows(t.messages_and_choices, block_size=engine.config.block_size,
-                                                          train_on_messages=True)]
-            for batch in batches
-        ]  # fmt: skip
-        sequences = [window for batch in windowed for window in batch]
-        cached = self._cache_dir / "sft" / f"{await self._run(engine.sft_fingerprint, sequences, rates, batch_size)}.pt"
+        block_size = engine.config.block_size
+        if iter(batches.trajectories) is batches.trajectories:  # a one-shot iterator: kept, to be read twice
+            batches = dataclasses.replace(batches, trajectories=list(batches.trajectories))
+
+        def windowed() -> Iterator[tuple[list[TokenSequence], float]]:
+            for batch, rate in batches:
+                yield [w for t in batch for w in trajectory_windows(t.messages_and_choices, block_size=block_size,
+                                                                    train_on_messages=True)], rate  # fmt: skip
+
+        fingerprint, source, count = await self._run(engine.sft_fingerprint, batches.size), windowed(), 0
+
+        def fingerprint_some() -> int:
+            read = 0
+            for sequences, rate in itertools.islice(source, FINGERPRINT_BATCHES_AT_ONCE):
+                engine.add_to_fingerprint(fingerprint, sequences, rate)
+                read += 1
+            return read
+
+        while read := await self._run(fingerprint_some):  # in pieces: a task cancelled meanwhile stops soon
+            count += read
+        cached = self._cache_dir / "sft" / f"{fingerprint.hexdigest()}.pt"
         if cached.exists():
             await self._run(engine.load_sft_result, cached)
-            yield {"cache_hit": 1.0, "batches": float(len(windowed))}
+            yield {"cache_hit": 1.0, "batches": float(count)}
         else:
             await self._run(engine.begin_sft)
-            for batch, rate in zip(windowed, rates):
+            for batch, rate in windowed():
                 yield await self._run(engine.sft_step, batch, rate)
             cached.parent.mkdir(parents=True, exist_ok=True)
             tmp = cached.with_suffix(".tmp")

@@ -10,6 +10,7 @@ import copy
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -107,15 +108,20 @@ class PolicyEngine:
 
     # -- supervised warm start --------------------------------------------------------------
 
-    def sft_fingerprint(self, sequences: Sequence[TokenSequence], learning_rates: Sequence[float], batch_size: int) -> str:
-        """Identity of a fine-tuning run: same start weights, data and schedule give the same result."""
+    def sft_fingerprint(self, batch_size: int) -> Any:
+        """The identity of a fine-tuning run (same start weights, data and schedule give the same result), begun with
+        its start weights and batch size: a sha256 that ``add_to_fingerprint`` extends with each batch."""
         h = hashlib.sha256()
         for tensor in self.policy.state_dict().values():
             h.update(tensor.numpy().tobytes())
-        h.update(repr((batch_size, [round(lr, 12) for lr in learning_rates])).encode())
+        h.update(repr(batch_size).encode())
+        return h
+
+    @staticmethod
+    def add_to_fingerprint(h: Any, sequences: Sequence[TokenSequence], learning_rate: float) -> None:
+        h.update(repr(round(learning_rate, 12)).encode())
         for seq in sequences:
             h.update(repr((seq.ids, seq.trainable)).encode())
-        return h.hexdigest()
 
     def begin_sft(self) -> None:
         """Fine-tuning trains every weight with an optimizer of its own."""

@@ -18,7 +18,7 @@ from art import dev
 
 from service.backends import layout
 from service.backends.openai_server import Sample, ServingError
-from service.backends.serving import InProcessBackend, parse_model_name
+from service.backends.serving import InProcessBackend, SftBatches, parse_model_name
 from service.backends.transformers.engine import LoraSettings, PolicyEngine
 from service.backends.transformers.generation import SamplingRequest
 from service.backends.transformers.models import resolve_base_model
@@ -74,12 +74,10 @@ class TransformersBackend(InProcessBackend):
             config["epsilon"] = epsilon
         return await self._run(engine.grpo_step, groups, learning_rate=learning_rate, config=config, scale_rewards=scale_rewards)
 
-    async def _sft(
-        self, engine: PolicyEngine, batches: list[list[art.Trajectory]], rates: list[float], batch_size: int
-    ) -> AsyncIterator[dict[str, float]]:
+    async def _sft(self, engine: PolicyEngine, batches: SftBatches) -> AsyncIterator[dict[str, float]]:
         """Fine-tune on each batch's assistant turns; the result becomes step 0. The KL reference stays the base model
         (the adapter disabled)."""
-        for batch, rate in zip(batches, rates):
+        for batch, rate in batches:
             yield await self._run(engine.sft_step, batch, rate)
         await self._run(engine.finish_sft)
 
