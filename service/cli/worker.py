@@ -7,6 +7,8 @@ step; its lease is released so another worker resumes it at once. A second signa
 ``artsvc serve`` starts its workers with ``--supervised-by`` (its pid): such a worker lowers its
 CPU priority (``ARTSVC_WORKER_CPU_POLICY``: SCHED_IDLE, or ``ARTSVC_WORKER_NICE``) and, on Linux, gets
 SIGTERM when serve dies; a second signal changes nothing (serve kills it when its grace period is over).
+When serve dies, a thread sees it too (``watch_parent``): the worker stops, and is killed if it has not
+within a few seconds, even in the middle of a step.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from service.cli.app import app, fail, log_to_stderr
 from service.cpu import wait_passively
 from service.settings import Settings, get_settings
 from service.store import db as store_db
-from service.worker.supervisor import settle_as_child
+from service.worker.supervisor import settle_as_child, watch_parent
 
 MAX_CONCURRENCY = 64  # Settings.worker_concurrency
 
@@ -55,12 +57,12 @@ def worker(
         raise fail(str(exc)) from None
     log_to_stderr()
     try:
-        asyncio.run(_run(engine, settings, supervised=supervised_by is not None))
+        asyncio.run(_run(engine, settings, supervised_by=supervised_by))
     except KeyboardInterrupt:  # a second Ctrl-C
         raise typer.Exit(130) from None
 
 
-async def _run(engine: Engine, settings: Settings, *, supervised: bool) -> None:
+async def _run(engine: Engine, settings: Settings, *, supervised_by: int | None) -> None:
     from service.worker.runner import Worker  # imports torch and ART: keep `artsvc --help` fast
 
     loop = asyncio.get_running_loop()
@@ -68,10 +70,12 @@ async def _run(engine: Engine, settings: Settings, *, supervised: bool) -> None:
 
     def shut_down() -> None:
         stop.set()
-        if not supervised:
+        if supervised_by is None:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)  # the next signal acts as usual: quit now
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, shut_down)
+    if supervised_by is not None:
+        watch_parent(supervised_by, lambda: loop.call_soon_threadsafe(shut_down))
     await Worker(engine, settings).run(stop)

@@ -3,9 +3,10 @@ It runs evaluation jobs the same way, under the same hooks (they record only at 
 interrupted one starts over).
 
 Each job runs as an asyncio task through its kind's runner (``RUNNERS``: ``run_job`` or ``run_evaluation``, one
-signature: service/runner/finish.py); a heartbeat renews the leases of the jobs it holds, and every write of a job
-renews its lease in the write's own transaction (service/runner/control.py). A job stops at its next boundary (a
-training step, an evaluation's rollout), recording nothing, when the worker shuts down (its lease is released, so
+signature: service/runner/finish.py); a heartbeat renews the leases of the jobs it holds from a thread of its own (a
+step that keeps the event loop busy does not starve it), and every write of a job renews its lease in the write's own
+transaction (service/runner/control.py). A job stops at its next check (about a second apart inside a warm start, a
+step's rollouts or a validation; an evaluation's rollout), recording nothing, when the worker shuts down (its lease is released, so
 another worker resumes it at once) or when its lease was lost (another worker took it over: its writes are refused,
 and the new owner's rows stand). A job that fails is recorded as failed by its runner; the worker goes on.
 """
@@ -17,6 +18,7 @@ import logging
 import os
 import secrets
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -75,7 +77,9 @@ class Worker:
         notifier = WebhookNotifier(self.settings.alert_webhook_url, self.engine)
         log.info("worker %s started: up to %d job(s) at once", self.id, concurrency)
         tasks: set[asyncio.Task[None]] = set()
-        heartbeat = asyncio.create_task(self._heartbeat())
+        heartbeat_stopped = threading.Event()
+        heartbeat = threading.Thread(target=self._heartbeat, args=(heartbeat_stopped,), name="heartbeat", daemon=True)
+        heartbeat.start()
         try:
             while not stop.is_set():
                 while len(tasks) < concurrency and not stop.is_set() and (job := await self._claim()) is not None:
@@ -88,8 +92,8 @@ class Worker:
             if tasks:
                 log.info("worker %s stopping: %d job(s) finish their current step", self.id, len(tasks))
                 await asyncio.wait(tasks)
-            heartbeat.cancel()
-            await asyncio.gather(heartbeat, return_exceptions=True)
+            heartbeat_stopped.set()
+            await asyncio.to_thread(heartbeat.join)
             await notifier.aclose()
             try:
                 await self._db(leases.stop_worker, worker_id=self.id)
@@ -158,14 +162,15 @@ class Worker:
         """Whether the lease is surely still ours: not taken over, and renewed within a lease period."""
         return not held.lost and time.monotonic() - held.renewed_at < self.settings.lease_seconds
 
-    async def _heartbeat(self) -> None:
-        """Renew the held leases and this worker's record every third of a lease, until cancelled."""
-        while True:
-            await asyncio.sleep(self.settings.lease_seconds / 3)
-            for held in [h for h in self._held.values() if not h.lost]:
+    def _heartbeat(self, stopped: threading.Event) -> None:
+        """Renew the held leases and this worker's record every third of a lease, until ``stopped``. A renewal that
+        fails (the store unreachable) leaves the lease to lapse: ``_holds`` then says so and the job stops at its
+        next check, writing nothing."""
+        while not stopped.wait(self.settings.lease_seconds / 3):
+            for held in [h for h in list(self._held.values()) if not h.lost]:
                 asked = time.monotonic()
                 try:
-                    renewed = await self._db(
+                    renewed = self._in_transaction(
                         leases.renew, job_id=held.job_id, worker_id=self.id, lease_seconds=self.settings.lease_seconds
                     )
                 except SQLAlchemyError as exc:
@@ -176,17 +181,17 @@ class Worker:
                 else:
                     held.lost = True
             try:
-                await self._db(leases.heartbeat_worker, worker_id=self.id, running_jobs=len(self._held))
+                self._in_transaction(leases.heartbeat_worker, worker_id=self.id, running_jobs=len(self._held))
             except SQLAlchemyError as exc:
                 log.warning("worker %s cannot record its heartbeat: %s", self.id, exc)
 
+    def _in_transaction(self, fn: Callable[..., T], **kwargs: Any) -> T:
+        """``fn(session, **kwargs)`` in its own short transaction, committed."""
+        with Session(self.engine, expire_on_commit=False) as session:
+            result = fn(session, **kwargs)
+            session.commit()
+            return result
+
     async def _db(self, fn: Callable[..., T], **kwargs: Any) -> T:
-        """``fn(session, **kwargs)`` in its own short transaction, off the event loop."""
-
-        def call() -> T:
-            with Session(self.engine, expire_on_commit=False) as session:
-                result = fn(session, **kwargs)
-                session.commit()
-                return result
-
-        return await asyncio.to_thread(call)
+        """``_in_transaction`` off the event loop."""
+        return await asyncio.to_thread(self._in_transaction, fn, **kwargs)

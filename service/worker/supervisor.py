@@ -12,6 +12,9 @@ current step and hands its jobs back), waits up to the grace period, then SIGKIL
 
 The worker children yield the CPU to the API (``settle_as_child``: SCHED_IDLE, or a higher niceness), so requests
 stay fast while jobs train, and on Linux they get SIGTERM when their supervisor dies, so a killed ``serve`` leaves no worker behind.
+A worker does not count on that signal alone (its handler runs on an event loop a step may keep busy): a thread of its
+own (``watch_parent``) sees the supervisor gone, asks the worker to stop (its jobs stop at their next check and are
+handed back) and kills the process if it still runs ORPHAN_GRACE_S later.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -39,6 +43,8 @@ FIRST_PAUSE_S = 1.0  # before starting a dead child's successor; doubles with ea
 MAX_PAUSE_S = 60.0
 HEALTHY_S = 60.0  # a child that ran this long was healthy: its successor waits only FIRST_PAUSE_S
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+ORPHAN_GRACE_S = 10.0  # how long a worker whose supervisor died has to hand its jobs back before it is killed
+PARENT_POLL_S = 0.5
 
 
 def worker_processes(settings: Settings, *, status_dir: Path | None = None) -> Supervisor:
@@ -84,6 +90,25 @@ def settle_as_child(*, parent: int, cpu_policy: str | None = None, nice: int = 0
     if sys.platform == "linux":
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     return os.getppid() == parent
+
+
+def watch_parent(parent: int, on_orphaned: Callable[[], None], *, grace_s: float = ORPHAN_GRACE_S) -> threading.Thread:
+    """Start a daemon thread that, once ``parent`` is no longer this process's parent (it died), calls
+    ``on_orphaned`` (from that thread) and, if the process still runs ``grace_s`` later (a phase that cannot stop,
+    an event loop kept busy), kills it with SIGKILL: a worker nobody supervises never trains on."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        log.warning("the supervisor (pid %d) is gone: stopping, killed in %g s if still running", parent, grace_s)
+        on_orphaned()
+        time.sleep(grace_s)
+        log.error("still running %g s after the supervisor died: killing this process", grace_s)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    thread = threading.Thread(target=watch, name="parent-watch", daemon=True)
+    thread.start()
+    return thread
 
 
 class Supervisor:

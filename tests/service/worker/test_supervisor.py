@@ -10,6 +10,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pytest
 from sqlmodel import Session, col, select
 
 from service.store.tables import Job, JobStatus, WorkerRecord
+from service.worker.supervisor import ORPHAN_GRACE_S
 from tests.databases import sqlite_only
 from tests.service.processes import ServeProcess, children_of, environment
 from tests.service.worker.conftest import (
@@ -66,8 +68,8 @@ def pids_of(engine, count: int) -> set[int] | None:
     return pids if len(pids) == count else None
 
 
-def post_job(serve: ServeProcess) -> str:
-    response = httpx.post(f"{serve.url}/v1/jobs", json=LONGER_JOB, timeout=30)
+def post_job(serve: ServeProcess, spec: dict = LONGER_JOB) -> str:
+    response = httpx.post(f"{serve.url}/v1/jobs", json=spec, timeout=30)
     assert response.status_code == 201, response.text
     return response.json()["id"]
 
@@ -164,12 +166,18 @@ def test_sigterm_to_serve_hands_the_running_job_back_at_a_step_boundary_and_ever
 
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(sys.platform != "linux", reason="a parent-death signal is Linux's")
-def test_the_workers_of_a_serve_killed_with_sigkill_stop_by_themselves(engine, start_serve):
+def test_the_workers_of_a_serve_killed_with_sigkill_stop_by_themselves_within_seconds_even_mid_phase(engine, start_serve):
     serve = start_serve("--workers", "1")
     wait_for(lambda: pids_of(engine, 1), what="a live worker", timeout=240, workers=(serve,))
+    job_id = post_job(serve, {**LONGER_JOB, "training": {**LONGER_JOB["training"], "warm_start_examples": 20_000}})
+    wait_for(lambda: load_job(engine, job_id).status is JobStatus.running, what="the job to start", timeout=60)
+    time.sleep(1)  # into its warm start: minutes of work without a step boundary
     serve.process.kill()
     serve.process.wait()
-    wait_for(lambda: unstopped_pids(engine) == set(), what="the orphaned worker to stop", timeout=120)
+    killed = time.monotonic()
+    wait_for(lambda: unstopped_pids(engine) == set(), what="the orphaned worker to stop", timeout=ORPHAN_GRACE_S + 10)
+    assert time.monotonic() - killed < ORPHAN_GRACE_S  # stopped by itself, not killed by its watchdog
+    assert load_job(engine, job_id).status is JobStatus.queued  # handed back for the next worker, not left running
 
 
 @pytest.mark.timeout(300)
