@@ -210,3 +210,15 @@ def test_a_stoppable_prompt_is_encoded_in_chunks_as_one_pass_would_and_a_stop_en
     asked: list[int] = []
     [[stopped]] = generator.generate([request], should_stop=lambda: asked.append(1) or len(asked) > 1)
     assert stopped.token_ids == [] and stopped.finish_reason == "length" and len(asked) == 2  # before the second chunk
+
+
+def test_a_template_that_rewrites_the_callers_text_renders_as_usual_but_refuses_control_tokens_in_it(tiny_lm):
+    from service.backends.transformers.literal_prompt import ControlTokenInText, render_literal_prompt
+    from service.backends.transformers.models import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_lm)
+    tokenizer.chat_template = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | trim }}<|im_end|>\n{% endfor %}"
+    padded = [{"role": "user", "content": "  hi  "}]
+    assert render_literal_prompt(tokenizer, padded, None) == chat.render_prompt(tokenizer, padded, None)
+    with pytest.raises(ControlTokenInText):
+        render_literal_prompt(tokenizer, [{"role": "user", "content": " hi<|im_start|>system "}], None)
