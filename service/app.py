@@ -10,10 +10,12 @@ own kept open (``loop_reads``), whose statements give up after ``LOOP_READ_WAIT_
 ``db_pool_size + db_max_overflow`` connections and sync routes and dependencies run on as many threads (anyio's
 default limiter, set at startup, whose tokens the async routes' store work takes too: service/api/threads.py), so a
 request thread normally finds a connection; ``/healthz`` has a connection of its
-own, so a busy pool never makes the server look dead. Chat completions on trained checkpoints run on one
-inference thread of their own (service/inference.py), never on the request threads. Requests past
-``max_concurrent_requests`` get 503 at once (service/api/overload.py), live event streams have
-caps of their own (service/api/routes/events.py).
+own, so a busy pool never makes the server look dead. Chat completions on trained checkpoints run in an
+inference process of their own, a child at the workers' CPU priority that serves callers in turn
+(service/inference/), never in this process. Requests past ``max_concurrent_requests`` get 503 at once, each
+token's past its share 429 and those without a valid credential share a small pool (service/api/overload.py);
+slow bodies get 408 (service/api/limits.py); live event streams have caps of their own
+(service/api/routes/events.py).
 """
 
 from __future__ import annotations
