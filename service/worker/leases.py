@@ -91,23 +91,28 @@ def claim_next(
 
 
 def give_up_exhausted(session: Session, *, max_attempts: int) -> list[str]:
-    """Fail every claimable job already claimed ``max_attempts`` times (status failed, stop reason error, a
-    ``finished`` event), so that a job which kills its worker is not retried forever; their ids."""
+    """End every claimable job already claimed ``max_attempts`` times, so that a job which kills its worker is not
+    retried forever: failed (stop reason error, a ``finished`` event), or cancelled if its owner or an operator asked
+    for that meanwhile (what was asked is what the job ends as, not how its workers died); their ids."""
     now = database_now(session)
     exhausted = _claimable(now), col(Job.attempts) >= max_attempts
-    failed = []
+    ended = []
     for job_id in session.exec(select(Job.id).where(*exhausted).with_for_update(skip_locked=True)).all():
         mark = update(Job).where(col(Job.id) == job_id, *exhausted).values(status=JobStatus.failed)
         if session.exec(mark.execution_options(synchronize_session=False)).rowcount != 1:
-            continue  # another claimer failed it first
+            continue  # another claimer ended it first
         job = session.get(Job, job_id, populate_existing=True)
-        error = (f"gave up after {job.attempts} attempts: each time its worker died or lost the lease before the "
-                 "job ended (ARTSVC_MAX_ATTEMPTS)")  # fmt: skip
-        runs.finish_job(session, job=job, status=JobStatus.failed, stop_reason=StopReason.error, error=error,
+        if job.cancel_requested:
+            status, stop_reason, error = JobStatus.cancelled, StopReason.cancelled, None
+        else:
+            status, stop_reason = JobStatus.failed, StopReason.error
+            error = (f"gave up after {job.attempts} attempts: each time its worker died or lost the lease before the "
+                     "job ended (ARTSVC_MAX_ATTEMPTS)")  # fmt: skip
+        runs.finish_job(session, job=job, status=status, stop_reason=stop_reason, error=error,
                         best_step=job.best_step, best_val_accuracy=job.best_val_accuracy,
                         step0_val_accuracy=job.step0_val_accuracy)  # fmt: skip
-        failed.append(job_id)
-    return failed
+        ended.append(job_id)
+    return ended
 
 
 def _held(jobs: type[Job], now: datetime) -> tuple[ColumnElement[bool], ...]:

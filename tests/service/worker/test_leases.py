@@ -11,7 +11,7 @@ from sqlmodel import Session, func, select
 
 from service.auth import create_token
 from service.spec import JobSpec
-from service.store import runs
+from service.store import jobs, runs
 from service.store.events import events_after
 from service.store.tables import Job, JobStatus, Role, StopReason, WorkerRecord
 from service.worker import leases
@@ -241,6 +241,21 @@ def test_a_job_that_keeps_losing_its_worker_fails_after_max_attempts(engine):
     assert finished.kind == "finished" and finished.data["status"] == "failed" and finished.data["error"] == job.error
     (fresh,) = _submit(engine)
     assert _claim(engine, "w5", max_attempts=3).id == fresh  # the worker goes on to the next job
+
+
+def test_a_job_cancelled_while_its_workers_kept_dying_ends_cancelled(engine):
+    """Its owner asked for a cancel: out of attempts, it ends as asked (cancelled), not failed after retries."""
+    (job_id,) = _submit(engine)
+    for attempt in range(1, 4):
+        assert _claim(engine, f"w{attempt}", max_attempts=3).attempts == attempt
+        if attempt == 2:
+            with Session(engine) as session:
+                jobs.request_cancel(session, job=session.get(Job, job_id), requested_by="owner")
+                session.commit()
+        _expire_lease(engine, job_id)
+    assert _claim(engine, "w4", max_attempts=3) is None
+    job = load_job(engine, job_id)
+    assert (job.status, job.stop_reason, job.error) == (JobStatus.cancelled, StopReason.cancelled, None)
 
 
 def test_jobs_released_at_shutdown_keep_their_attempts(engine):
