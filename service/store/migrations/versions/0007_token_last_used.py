@@ -18,10 +18,9 @@ depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table('api_tokens', schema=None) as batch_op:
-        batch_op.add_column(sa.Column('last_used_at', sa.DateTime(timezone=True), nullable=True))
+    op.add_column('api_tokens', sa.Column('last_used_at', sa.DateTime(timezone=True), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table('api_tokens', schema=None) as batch_op:
-        batch_op.drop_column('last_used_at')
+    # In place (SQLite since 3.35): a batch copy would drop api_tokens, which browser_sessions' foreign key refuses.
+    op.drop_column('api_tokens', 'last_used_at')
