@@ -240,9 +240,9 @@ class Settings(BaseSettings):
         30.0,
         gt=0,
         le=3_600,
-        description="Seconds one chat completion may spend encoding its prompt and sampling; then it stops and the "
-        "choices end with finish_reason `length` (empty if the prompt was not read yet), so one request holds the "
-        "inference process for a bounded time.",
+        description="Seconds of model work one chat completion may spend encoding its prompt and sampling (not "
+        "counting its waits while other callers' requests have the model); then it stops and the choices end with "
+        "finish_reason `length` (empty if the prompt was not read yet), so one request's work is bounded.",
     )
     inference_max_waiting_per_tenant: int = Field(
         4,
@@ -250,6 +250,14 @@ class Settings(BaseSettings):
         le=1_000,
         description="Chat completions one caller may have waiting for the inference process (429 beyond, for that "
         "caller only); the process serves the callers that wait round-robin.",
+    )
+    inference_max_active_callers: int = Field(
+        4,
+        ge=1,
+        le=64,
+        description="Chat completions the inference process works on at once, one per caller; they take the model in "
+        "turns of a quarter of a second, so a short chat is answered while another caller's long one runs. Each "
+        "holds its prompt's cache (and its checkpoint, if evicted) in memory.",
     )
     inference_threads: int = Field(
         2, ge=1, le=256, description="Torch threads of the inference process (a child of the API at the workers' CPU "

@@ -6,10 +6,11 @@ the event loop nor take the CPU from training, and its memory is not the API's. 
 after it died, and it dies with the API.
 
 What one request may cost is bounded before the model is touched (bounds.py): n × max_tokens here, prompt tokens × n
-in the child before any forward pass, and sampling stops at the deadline. The child answers one request at a time and
-the callers take turns at it round-robin, each with a line of at most ``inference_max_waiting_per_tenant`` waiting
-(turns.py): one tenant's flood costs another tenant at most about one of the flooder's requests, and the flooder
-alone gets 429. A request whose client went away leaves its line, or, being answered, is cancelled in the child
+in the child before any forward pass, and sampling stops at the deadline (seconds of the request's own model work).
+The child works on up to ``inference_max_active_callers`` requests at once, one per caller, switching the model
+between them every quarter of a second (baton.py); the callers take turns at those places round-robin, each with a
+line of at most ``inference_max_waiting_per_tenant`` waiting (turns.py): one tenant's flood slows another tenant's
+chat by a share of the model, not by the flooder's requests, and the flooder alone gets 429. A request whose client went away leaves its line, or, being answered, is cancelled in the child
 before its next token, and its turn passes on.
 
 Importing this package loads no torch: the child does.
@@ -44,7 +45,9 @@ class InferenceEngine:
     def __init__(self, settings: Settings, *, process: InferenceProcess | None = None) -> None:
         self.bounds = Bounds.of(settings)
         self.default_max_tokens = settings.inference_max_tokens
-        self.turns = FairTurns(max_waiting=settings.inference_max_waiting_per_tenant)
+        self.turns = FairTurns(
+            max_waiting=settings.inference_max_waiting_per_tenant, capacity=settings.inference_max_active_callers
+        )
         self.process = process or InferenceProcess.of(settings)
         self._owns_process = process is None
 
@@ -73,16 +76,17 @@ class InferenceEngine:
                 "default_max_tokens": self.default_max_tokens, "bounds": self.bounds.as_dict(),
             })  # fmt: skip
         except BaseException:
-            self.turns.release()
+            self.turns.release(tenant)
             raise
-        reply.add_done_callback(lambda _: self.turns.release())  # the turn passes on when the child is free
+        reply.add_done_callback(lambda _: self.turns.release(tenant))  # the turn passes on when the child is done
+        stuck_s = self.bounds.deadline_s * self.turns.capacity + STUCK_S  # it shares the model with the others
         try:
-            answer = await asyncio.wait_for(asyncio.shield(reply), self.bounds.deadline_s + STUCK_S)
+            answer = await asyncio.wait_for(asyncio.shield(reply), stuck_s)
         except asyncio.CancelledError:
             self.process.cancel(message_id)
             raise
         except TimeoutError:
-            logger.error("the inference process answered nothing in %s s: killing it", self.bounds.deadline_s + STUCK_S)
+            logger.error("the inference process answered nothing in %s s: killing it", stuck_s)
             await asyncio.to_thread(self.process.close)  # what it was sent gets 503; the next request starts another
             answer = await reply
         if "error" in answer:

@@ -1,12 +1,14 @@
 """The inference process: ``python -m service.inference.child --parent PID ...``, started by the API
-(service/inference/process.py) and answering one chat completion at a time.
+(service/inference/process.py). It works on each chat completion it is sent on a thread of its own, the model one
+request at a time in slices (service/inference/baton.py); the API sends at most one request per caller and a few
+at once (service/inference/turns.py).
 
 It settles as the workers do (their CPU policy, SIGTERM when the API dies: service/worker/supervisor.py), runs torch
 on the threads its environment allows (``OMP_NUM_THREADS``), and reads JSON lines on stdin:
 ``{"op": "complete", "id", "folder", "model", "request", "default_max_tokens", "bounds"}`` and ``{"op": "cancel",
 "id"}``. It writes one JSON line per completion to its stdout: ``{"id", "body"}``, ``{"id", "error": {"status",
-"message", "code"}}`` or ``{"id", "cancelled": true}``. A cancel, or the deadline in ``bounds``, is seen before each
-chunk of the prompt encoded and each token decoded. The last ``CACHE_SIZE`` checkpoints used stay loaded, keyed by
+"message", "code"}}`` or ``{"id", "cancelled": true}``. A cancel, the deadline in ``bounds`` (seconds of the request's
+own work) and a hand-over of the model are seen before each chunk of the prompt encoded and each token decoded. The last ``CACHE_SIZE`` checkpoints used stay loaded, keyed by
 directory, modification time and inode, so a checkpoint rewritten in place loads again. Closing stdin ends it.
 """
 
@@ -20,12 +22,12 @@ import os
 import queue
 import sys
 import threading
-import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import IO, Any
 
 from service.backends.openai_server import ChatCompletionRequest, ServingError
+from service.inference.baton import Baton, Work
 from service.inference.bounds import Bounds
 from service.worker.supervisor import settle_as_child
 
@@ -69,8 +71,11 @@ class Checkpoints:
         return loaded
 
 
-def answer(message: dict[str, Any], checkpoints: Checkpoints, cancelled: threading.Event) -> dict[str, Any]:
-    """The reply to one ``complete`` message: the prompt's size is checked before any forward pass."""
+def answer(
+    message: dict[str, Any], checkpoints: Checkpoints, cancelled: threading.Event, work: Work
+) -> dict[str, Any]:
+    """The reply to one ``complete`` message, worked on while ``work`` holds the model: the prompt's size is checked
+    before any forward pass."""
     reply: dict[str, Any] = {"id": message["id"]}
     if cancelled.is_set():
         return reply | {"cancelled": True}
@@ -80,9 +85,9 @@ def answer(message: dict[str, Any], checkpoints: Checkpoints, cancelled: threadi
         model = checkpoints.get(Path(message["folder"]), message["model"])
         sampling = model.sampling_request(request, default_max_tokens=message["default_max_tokens"])
         bounds.check_prompt(prompt_tokens=len(sampling.prompt_ids), n=sampling.n)
-        deadline = time.monotonic() + bounds.deadline_s
+        started_s = work.share()  # loading the checkpoint is not the request's sampling time
         body = model.complete(request, sampling, model=message["model"],
-                              should_stop=lambda: cancelled.is_set() or time.monotonic() > deadline)  # fmt: skip
+                              should_stop=lambda: cancelled.is_set() or work.share() - started_s > bounds.deadline_s)
     except ServingError as exc:
         return reply | {"error": {"status": exc.status, "message": exc.message, "code": exc.code}}
     except Exception:
@@ -118,13 +123,19 @@ def main(argv: list[str] | None = None) -> None:
     cancels: dict[int, threading.Event] = {}
     threading.Thread(target=read_requests, args=(sys.stdin, work, cancels), daemon=True).start()
     threading.Thread(target=importlib.import_module, args=(MODEL_MODULE,), daemon=True).start()  # torch, while idle
-    checkpoints = Checkpoints()
+    checkpoints, baton, writing = Checkpoints(), Baton(), threading.Lock()
+
+    def serve(message: dict[str, Any]) -> None:
+        with baton.held() as model_time:
+            reply = answer(message, checkpoints, cancels[message["id"]], model_time)
+        cancels.pop(message["id"], None)
+        with writing:
+            replies.write(json.dumps(reply) + "\n")
+            replies.flush()
+
     while True:
         message = work.get()
-        reply = answer(message, checkpoints, cancels[message["id"]])
-        cancels.pop(message["id"], None)
-        replies.write(json.dumps(reply) + "\n")
-        replies.flush()
+        threading.Thread(target=serve, args=(message,), name=f"request-{message['id']}", daemon=True).start()
 
 
 if __name__ == "__main__":

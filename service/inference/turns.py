@@ -1,10 +1,11 @@
-"""Turns at the inference process, one at a time, shared fairly between tenants.
+"""Turns at the inference process, shared fairly between tenants.
 
-Each tenant waits in a line of its own, at most ``max_waiting`` long (TurnsFull beyond, for that tenant only), and
-the turn passes between the tenants that wait round-robin, the tenant that just held it last: whoever floods, another
-tenant's request waits for the request being answered and at most one of each other waiting tenant, never for the
-whole flood. A waiter that is cancelled (its client went
-away) leaves its line at once.
+The process works on up to ``capacity`` requests at once, one per tenant, and switches between them every fraction of
+a second (service/inference/baton.py). Each tenant waits in a line of its own, at most ``max_waiting`` long
+(TurnsFull beyond, for that tenant only), and a freed turn passes between the tenants that wait round-robin, the
+tenant that just held it last: whoever floods, another tenant's request is worked on at once when a turn is free (at
+most ``capacity`` tenants ask at once), else after the first request of another tenant ends, never after the whole
+flood. A waiter that is cancelled (its client went away) leaves its line at once.
 """
 
 from __future__ import annotations
@@ -18,26 +19,29 @@ class TurnsFull(Exception):
 
 
 class FairTurns:
-    """One holder at a time; waiters served round-robin between tenants, in arrival order within one."""
+    """Up to ``capacity`` holders at once, one per tenant; waiters served round-robin between tenants, in arrival
+    order within one."""
 
-    def __init__(self, *, max_waiting: int) -> None:
-        self.max_waiting = max_waiting
+    def __init__(self, *, max_waiting: int, capacity: int = 1) -> None:
+        self.max_waiting, self.capacity = max_waiting, capacity
         self._lines: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()  # tenants with waiters only
-        self._held = False
-        self._holder = ""  # the tenant whose request holds the turn
+        self._holders: set[str] = set()  # the tenants whose requests hold a turn
 
     @property
     def held(self) -> bool:
-        return self._held
+        return bool(self._holders)
+
+    def holds(self, tenant: str) -> bool:
+        return tenant in self._holders
 
     def waiting(self, tenant: str) -> int:
         return len(self._lines.get(tenant, ()))
 
     async def acquire(self, tenant: str) -> None:
-        """Wait for the turn; TurnsFull if ``tenant`` already has ``max_waiting`` waiting. The holder calls
+        """Wait for a turn; TurnsFull if ``tenant`` already has ``max_waiting`` waiting. The holder calls
         :meth:`release` once its work is done."""
-        if not self._held and not self._lines:
-            self._held, self._holder = True, tenant
+        if self._free_for(tenant) and tenant not in self._lines:
+            self._holders.add(tenant)
             return
         if self.waiting(tenant) >= self.max_waiting:
             raise TurnsFull(tenant)
@@ -47,25 +51,31 @@ class FairTurns:
             await turn
         except asyncio.CancelledError:
             if turn.done() and not turn.cancelled():  # granted as it was cancelled: pass the turn on
-                self.release()
+                self.release(tenant)
             else:
                 self._leave(tenant, turn)
             raise
 
-    def release(self) -> None:
-        """Hand the turn to the next tenant in the rotation (the one that just held it goes last), or free it."""
-        if self._holder in self._lines:
-            self._lines.move_to_end(self._holder)
-        while self._lines:
-            tenant, line = next(iter(self._lines.items()))
-            turn = line.popleft()
+    def release(self, tenant: str) -> None:
+        """End ``tenant``'s turn and hand it to the next tenant in the rotation that holds none (the one that just
+        held it goes last)."""
+        self._holders.discard(tenant)
+        if tenant in self._lines:
+            self._lines.move_to_end(tenant)
+        for waiter in list(self._lines):
+            if not self._free_for(waiter):
+                continue
+            line = self._lines[waiter]
+            while line and line[0].done():  # cancelled as it was granted: not a waiter any more
+                line.popleft()
+            if line:
+                line.popleft().set_result(None)
+                self._holders.add(waiter)
             if not line:
-                del self._lines[tenant]
-            if not turn.done():
-                turn.set_result(None)
-                self._holder = tenant
-                return
-        self._held = False
+                del self._lines[waiter]
+
+    def _free_for(self, tenant: str) -> bool:
+        return tenant not in self._holders and len(self._holders) < self.capacity
 
     def _leave(self, tenant: str, turn: asyncio.Future[None]) -> None:
         line = self._lines.get(tenant)

@@ -281,7 +281,8 @@ def test_one_tenants_flood_waits_its_turns_and_requests_whose_client_left_stop(
     other_owner, other_headers = seeding.principal(engine)
     other = client(live_server, other_headers["Authorization"].removeprefix("Bearer "))
     other_job = trained_job(engine, settings, other_owner, adapter)
-    roomy = {"inference_max_waiting_per_tenant": 2, "inference_max_completion_tokens": 8 * 512}
+    roomy = {"inference_max_waiting_per_tenant": 2, "inference_max_completion_tokens": 8 * 512,
+             "inference_max_active_callers": 1}  # one request at a time: the lines are what is tested  # fmt: skip
     app.state.inference = InferenceEngine(settings.model_copy(update=roomy), process=inference_process)
     turns = app.state.inference.turns
     long = {"model": job_id, "messages": MESSAGES, "n": 8, "max_tokens": 512}  # several seconds, unless stopped
@@ -310,6 +311,31 @@ def test_one_tenants_flood_waits_its_turns_and_requests_whose_client_left_stop(
     waiting[0].close()  # being answered: it stops, and the turn is free long before 8 × 512 tokens
     wait_for(lambda: not turns.held, within_s=2)
     assert client(live_server, key).chat.completions.create(model=job_id, messages=MESSAGES, max_tokens=1)
+
+
+def test_another_tenants_short_chat_is_answered_while_a_long_one_is_worked_on(
+    app, live_server, engine, settings, owned, adapter, inference_process
+):
+    owner, key = owned
+    job_id = trained_job(engine, settings, owner, adapter)
+    other_owner, other_headers = seeding.principal(engine)
+    other = client(live_server, other_headers["Authorization"].removeprefix("Bearer "))
+    other_job = trained_job(engine, settings, other_owner, adapter)
+    roomy = {"inference_max_completion_tokens": 8 * 512, "inference_max_active_callers": 2}
+    app.state.inference = InferenceEngine(settings.model_copy(update=roomy), process=inference_process)
+    turns = app.state.inference.turns
+    assert other.chat.completions.create(model=other_job, messages=MESSAGES, max_tokens=1)  # loaded
+
+    flood = send_raw(live_server, key, {"model": job_id, "messages": MESSAGES, "n": 8, "max_tokens": 512})
+    wait_for(lambda: turns.holds(owner))
+    time.sleep(0.5)  # the long request has the model
+    started = time.monotonic()
+    assert other.chat.completions.create(model=other_job, messages=MESSAGES, max_tokens=1).model == f"{other_job}@2"
+    took_s = time.monotonic() - started
+    assert took_s < 3  # a few slices of the model, not the 8 x 512 tokens ahead of it
+    assert turns.holds(owner)  # the long request is still being worked on
+    flood.close()
+    wait_for(lambda: not turns.held, within_s=5)
 
 
 def send_raw(url: str, key: str, body: dict) -> socket.socket:
