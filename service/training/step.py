@@ -17,6 +17,7 @@ from service.evaluation.results import completion_tokens
 from service.runner.seeding import batch_for_step, derive_seed
 from service.store import runs
 from service.store.records import StepCost, StepCreate, StepMetrics
+from service.training.diagnostics import typed_diagnostics
 from service.training.judging import StepJudging
 from service.training.run import Run, sampled
 
@@ -119,11 +120,7 @@ async def _train_and_record(
         reward_std=(sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5,
         groups=len(groups),
         zero_variance_groups=int(reported.get("zero_variance_groups", 0)),
-        loss=reported.get("loss"),
-        entropy=reported.get("entropy"),
-        kl=reported.get("kl"),
-        grad_norm=reported.get("grad_norm"),
-        clip_fraction=reported.get("clip_fraction"),
+        **typed_diagnostics(reported),
         completion_length=sum(map(_completion_chars, trajectories)) / len(trajectories),
         wall_time_s=time.monotonic() - started,
         metrics=StepMetrics(

@@ -18,6 +18,7 @@ from service.backends import layout
 from service.backends.transformers import chat
 from service.backends.transformers.backend import TransformersBackend
 from service.backends.transformers.engine import LoraSettings
+from service.training.diagnostics import typed_diagnostics
 
 MESSAGES = [{"role": "system", "content": "Reply with `Final: <int>`."}, {"role": "user", "content": "What is 2 + 3?"}]
 
@@ -108,6 +109,8 @@ async def test_a_grpo_step_makes_the_rewarded_reply_likelier_and_the_punished_on
     assert result.metrics["kl_policy_ref"] == 0.0  # measured before the update: the new adapter is zero
     second = await backend.train(model, [group], learning_rate=5e-3)
     assert second.metrics["kl_policy_ref"] > 0  # the adapter has moved away from the base model
+    typed = typed_diagnostics(second.metrics)  # what the step's row gets: its KL column feeds the KL-spike alert
+    assert typed["kl"] == second.metrics["kl_policy_ref"] and None not in (typed["loss"], typed["entropy"], typed["grad_norm"])
     flat = art.TrajectoryGroup([art.Trajectory(messages_and_choices=[*MESSAGES, c], reward=1.0) for c in choices[:2]])
     skipped = await backend.train(model, [flat], learning_rate=5e-3)
     assert skipped.metrics["zero_variance_groups"] == 1.0 and skipped.metrics["trained_trajectories"] == 0.0
