@@ -277,10 +277,7 @@ def test_one_tenants_flood_waits_its_turns_and_requests_whose_client_left_stop(
     app, live_server, engine, settings, owned, adapter, inference_process
 ):
     owner, key = owned
-    job_id = trained_job(engine, settings, owner, adapter)
-    other_owner, other_headers = seeding.principal(engine)
-    other = client(live_server, other_headers["Authorization"].removeprefix("Bearer "))
-    other_job = trained_job(engine, settings, other_owner, adapter)
+    job_id, other_owner, other, other_job = two_tenants(live_server, engine, settings, owner, adapter)
     roomy = {"inference_max_waiting_per_tenant": 2, "inference_max_completion_tokens": 8 * 512,
              "inference_max_active_callers": 1}  # one request at a time: the lines are what is tested  # fmt: skip
     app.state.inference = InferenceEngine(settings.model_copy(update=roomy), process=inference_process)
@@ -317,10 +314,7 @@ def test_another_tenants_short_chat_is_answered_while_a_long_one_is_worked_on(
     app, live_server, engine, settings, owned, adapter, inference_process
 ):
     owner, key = owned
-    job_id = trained_job(engine, settings, owner, adapter)
-    other_owner, other_headers = seeding.principal(engine)
-    other = client(live_server, other_headers["Authorization"].removeprefix("Bearer "))
-    other_job = trained_job(engine, settings, other_owner, adapter)
+    job_id, _, other, other_job = two_tenants(live_server, engine, settings, owner, adapter)
     roomy = {"inference_max_completion_tokens": 8 * 512, "inference_max_active_callers": 2}
     app.state.inference = InferenceEngine(settings.model_copy(update=roomy), process=inference_process)
     turns = app.state.inference.turns
@@ -336,6 +330,14 @@ def test_another_tenants_short_chat_is_answered_while_a_long_one_is_worked_on(
     assert turns.holds(owner)  # the long request is still being worked on
     flood.close()
     wait_for(lambda: not turns.held, within_s=5)
+
+
+def two_tenants(live_server, engine, settings, owner, adapter):  # noqa: ANN001, ANN201
+    """A trained job of ``owner``'s, and another tenant with a trained job of its own and an OpenAI client."""
+    other_owner, other_headers = seeding.principal(engine)
+    other = client(live_server, other_headers["Authorization"].removeprefix("Bearer "))
+    return (trained_job(engine, settings, owner, adapter), other_owner, other,
+            trained_job(engine, settings, other_owner, adapter))  # fmt: skip
 
 
 def send_raw(url: str, key: str, body: dict) -> socket.socket:
