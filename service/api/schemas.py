@@ -267,8 +267,10 @@ def text_content(message: dict[str, Any]) -> dict[str, Any]:
     texts = []
     for part in content:
         kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-        if kind != "text" or not isinstance(part.get("text"), str):
+        if kind != "text":
             raise ValueError(f"content part of type {str(kind)[:40]!r}: only text parts are supported")
+        if not isinstance(part.get("text"), str):
+            raise ValueError("a text content part's text must be a string")
         texts.append(part["text"])
     return {**message, "content": "\n".join(texts)}
 
