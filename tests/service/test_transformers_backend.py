@@ -17,6 +17,7 @@ from environments.tools import INVALID_JSON, Tool, ToolArguments, ToolBox
 from service.backends import layout
 from service.backends.transformers import chat
 from service.backends.transformers.backend import TransformersBackend
+from service.backends.transformers import attention
 from service.backends.transformers.engine import LoraSettings
 from service.training.diagnostics import typed_diagnostics
 
@@ -94,6 +95,7 @@ def _reply_logprob(engine, reply_ids: list[int]) -> float:
 async def test_a_grpo_step_makes_the_rewarded_reply_likelier_and_the_punished_one_less_likely(trained):
     backend, model = trained
     engine = backend._engine(model.name)
+    assert engine.model.get_base_model().config._attn_implementation == attention.NAME  # the CPU's GQA without copies
     choices = await _sample(model, 8)
     ids = [[int(e.token.removeprefix("token_id:")) for e in c.logprobs.content] for c in choices]
     before = [_reply_logprob(engine, r) for r in ids[:2]]

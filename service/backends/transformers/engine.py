@@ -19,7 +19,7 @@ from art import dev
 
 from service.backends import layout
 from service.backends.openai_server import Sample
-from service.backends.transformers import chat, training
+from service.backends.transformers import attention, chat, training
 from service.backends.transformers.generation import Generator, SamplingRequest
 from service.backends.transformers.models import load_tokenizer
 
@@ -57,7 +57,8 @@ class PolicyEngine:
         self.tokenizer = load_tokenizer(base_dir)
         chat.add_tool_support(self.tokenizer)
         torch.manual_seed(seed)
-        base = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=dtype, use_safetensors=True).to(self.device)
+        base = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=dtype, use_safetensors=True,
+                                                    attn_implementation=attention.implementation_for(self.device)).to(self.device)
         steps = layout.checkpoint_steps(model_dir)
         if steps:
             self.model = PeftModel.from_pretrained(base, str(layout.checkpoint_dir(model_dir, steps[-1])), is_trainable=True)

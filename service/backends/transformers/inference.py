@@ -19,7 +19,7 @@ import torch
 
 from service.backends import openai_server
 from service.backends.openai_server import ChatCompletionRequest
-from service.backends.transformers import chat
+from service.backends.transformers import attention, chat
 from service.backends.transformers.generation import Generator, SamplingRequest
 from service.backends.transformers.models import load_tokenizer
 from service.backends.transformers.template_chat import TemplateChat
@@ -59,7 +59,8 @@ class CheckpointModel:
         self.tokenizer = load_tokenizer(folder if (folder / "tokenizer_config.json").is_file() else base_dir)
         chat.add_tool_support(self.tokenizer)
         base = AutoModelForCausalLM.from_pretrained(
-            str(base_dir), dtype=dtype, use_safetensors=True, trust_remote_code=False
+            str(base_dir), dtype=dtype, use_safetensors=True, trust_remote_code=False,
+            attn_implementation=attention.implementation_for(device),
         ).to(device)
         self.model = PeftModel.from_pretrained(base, str(folder)).eval()
         self.generator = Generator(self.model, self.tokenizer, end_token_ids=chat.end_token_ids(self.tokenizer))

@@ -1,0 +1,63 @@
+"""Grouped-query attention without copying the KV cache, for the CPU.
+
+Models like SmolLM2 share each key/value head among several query heads (9 query heads, 3 KV heads). transformers'
+``sdpa`` attention lets PyTorch handle that sharing (``enable_gqa``) only where no attention mask is given; with one
+(every padded batch, every packed training row) it first copies each KV head once per query head that reads it
+(``repeat_kv``). While decoding, that copies every layer's whole cache at every token: for 64 rows of 300 tokens on
+SmolLM2-135M, about 2.6 GB written and read per decoded token, more than the weights, and a fresh allocation each
+time (the page faults a profile of the main job shows). Here the query heads that share a KV head are laid side by
+side as extra query positions instead: ``[batch, kv_heads, n_rep * q_len, dim]`` against the cache as it is, the mask
+repeated along the (short) query axis. The arithmetic is the same as ``sdpa``'s; nothing the size of the cache is
+copied.
+
+``implementation_for(device)`` names it for a model loaded on the CPU; CUDA keeps ``sdpa`` (its kernels were not
+measured against this here). The mask transformers builds for it is ``sdpa``'s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+NAME = "sdpa_grouped"
+
+
+def grouped_sdpa_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **_: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function contract: query ``[b, heads, q, d]``, key/value ``[b, kv_heads, k, d]``; the
+    output ``[b, q, heads, d]``. Query head ``h`` reads KV head ``h // n_rep``, as ``repeat_kv`` lays them out."""
+    batch, heads, q_len, dim = query.shape
+    kv_heads = key.shape[1]
+    n_rep = heads // kv_heads
+    if attention_mask is None and q_len > 1 and (is_causal if is_causal is not None else getattr(module, "is_causal", True)):
+        k_len = key.shape[2]  # the causal mask sdpa would have implied, made explicit: grouped rows keep their positions
+        attention_mask = torch.ones(q_len, k_len, dtype=torch.bool, device=query.device).tril(k_len - q_len)[None, None]
+    if attention_mask is not None and attention_mask.shape[2] > 1:
+        attention_mask = attention_mask.repeat(1, 1, n_rep, 1)  # row rep * q_len + i is query position i's
+    grouped_query = query.reshape(batch, kv_heads, n_rep * q_len, dim)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        grouped_query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling,
+        is_causal=False,
+    )  # fmt: skip
+    return out.reshape(batch, heads, q_len, dim).transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(NAME, grouped_sdpa_attention)
+AttentionMaskInterface.register(NAME, sdpa_mask)
+
+
+def implementation_for(device: torch.device) -> str:
+    """The ``attn_implementation`` a model on ``device`` is loaded with."""
+    return NAME if device.type == "cpu" else "sdpa"

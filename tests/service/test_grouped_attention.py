@@ -1,0 +1,70 @@
+"""The grouped attention computes what transformers' ``sdpa`` does on every shape the backend feeds it: a padded
+prefill, decoding from a cache, a packed training row with its own 4-D mask, and the gradient through it."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+
+from service.backends.transformers import attention
+
+
+def _pair(n_rep: int) -> tuple[LlamaForCausalLM, LlamaForCausalLM]:
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=97, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=6, num_key_value_heads=6 // n_rep, max_position_embeddings=256)  # fmt: skip
+    stock = LlamaForCausalLM(config).eval()
+    grouped = LlamaForCausalLM(copy.deepcopy(config)).eval()  # its own config: the implementation is set there
+    grouped.load_state_dict(stock.state_dict())
+    grouped.set_attn_implementation(attention.NAME)
+    stock.set_attn_implementation("sdpa")
+    assert grouped.config._attn_implementation == attention.NAME
+    return stock, grouped
+
+
+@pytest.mark.parametrize("n_rep", [1, 3])
+def test_a_padded_batch_prefilled_then_decoded_gives_sdpa_s_logits(n_rep):
+    stock, grouped = _pair(n_rep)
+    tokens = torch.randint(0, 97, (3, 9))
+    mask = torch.ones(3, 9, dtype=torch.long)
+    mask[0, :4] = 0  # left padding, as the sampler lays rows out
+    mask[2, :1] = 0
+    positions = (mask.cumsum(1) - 1).clamp(min=0)
+    caches = DynamicCache(), DynamicCache()
+    with torch.inference_mode():
+        outs = [m(input_ids=tokens, attention_mask=mask, position_ids=positions, past_key_values=c, use_cache=True)
+                for m, c in zip((stock, grouped), caches)]  # fmt: skip
+        assert torch.allclose(outs[0].logits[mask.bool()], outs[1].logits[mask.bool()], atol=1e-5)
+        for _ in range(4):  # decode: one query position against the cache
+            step = torch.randint(0, 97, (3, 1))
+            mask = torch.cat([mask, torch.ones(3, 1, dtype=torch.long)], dim=1)
+            positions = mask.sum(1, keepdim=True) - 1
+            outs = [m(input_ids=step, attention_mask=mask, position_ids=positions, past_key_values=c, use_cache=True)
+                    for m, c in zip((stock, grouped), caches)]  # fmt: skip
+            assert torch.allclose(outs[0].logits, outs[1].logits, atol=1e-5)
+
+
+def test_an_unpadded_causal_prefill_without_a_mask_stays_causal():
+    stock, grouped = _pair(3)
+    tokens = torch.randint(0, 97, (2, 12))
+    with torch.inference_mode():
+        assert torch.allclose(stock(input_ids=tokens).logits, grouped(input_ids=tokens).logits, atol=1e-5)
+
+
+def test_a_packed_row_s_4d_mask_and_its_gradient_match_sdpa():
+    stock, grouped = _pair(3)
+    tokens = torch.randint(0, 97, (1, 10))
+    group = torch.tensor([[0, 0, 0, 1, 1, 1, 2, 2, 2, 2]])  # three sequences packed in one row
+    mask = (torch.tril(torch.ones(10, 10, dtype=torch.bool)) & (group.unsqueeze(2) == group.unsqueeze(1))).unsqueeze(1)
+    positions = torch.tensor([[0, 1, 2, 0, 1, 2, 0, 1, 2, 3]])
+    grads = []
+    for model in (stock, grouped):
+        model.train()
+        logits = model(input_ids=tokens, attention_mask=mask, position_ids=positions).logits
+        logits.logsumexp(-1).sum().backward()
+        grads.append((logits.detach(), model.model.layers[0].self_attn.k_proj.weight.grad.clone()))
+    assert torch.allclose(grads[0][0], grads[1][0], atol=1e-5)
+    assert torch.allclose(grads[0][1], grads[1][1], atol=1e-5)
