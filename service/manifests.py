@@ -3,8 +3,8 @@ compared only when they were measured the same way (the Locked Room rule of seed
 
 A manifest has a ``locked`` section, the fields two runs must share to be comparable (the split and
 its fingerprint, the environment and its arguments, the scorer, the prompt, the sampling of the
-measurement), and informational sections (the model, the backend, the judge, the seed, the code, and the
-runtime the worker trained on).
+measurement, the precision the service computed the policy in), and informational sections (the model,
+the backend, the judge, the seed, the code, and the runtime the worker trained on).
 ``differences`` lists the locked fields that differ; ``GET /v1/compare`` rejects on any of them.
 """
 
@@ -142,11 +142,34 @@ def judge_section(model: str | None, rubric: str | None, mode: str) -> dict[str,
     return {"mode": mode, "model": model, "rubric_hash": None if rubric is None else sha256_of(rubric)}
 
 
+def with_precision(manifest: dict[str, Any], precision: str | None) -> dict[str, Any]:
+    """``manifest`` with the dtype its policy is computed in locked (``bfloat16``, ``float32``): the worker that samples
+    the measured model knows it, not the API that built the manifest. None (a model this process does not compute)
+    leaves it as it is."""
+    if precision is None:
+        return manifest
+    return {**manifest, "locked": {**manifest.get("locked", {}), "precision": precision}}
+
+
+def _precision(manifest: dict[str, Any]) -> str | None:
+    """The locked precision; for a transformers-backend manifest written before it was recorded, float32 (the CPU's
+    only precision then; a CUDA run was bfloat16 and is refused against float32 ones, the safe side)."""
+    locked = manifest.get("locked", {})
+    if "precision" in locked:
+        return locked["precision"]
+    model = manifest.get("model") if isinstance(manifest.get("model"), dict) else {}
+    return "float32" if model.get("backend") == "transformers" else None
+
+
 def differences(baseline: dict[str, Any], candidate: dict[str, Any]) -> list[dict[str, Any]]:
     """Every locked field whose value differs, named ``locked.<field>``; a ruler-scored measurement also
-    locks the judge (its number is the judge's opinion)."""
+    locks the judge (its number is the judge's opinion). The precision is compared where both sides were computed by
+    this service (an API model, a baseline, has none to share)."""
     fields: list[tuple[str, Any, Any]] = []
-    left, right = baseline.get("locked", {}), candidate.get("locked", {})
+    left, right = ({k: v for k, v in m.get("locked", {}).items() if k != "precision"} for m in (baseline, candidate))
+    precisions = _precision(baseline), _precision(candidate)
+    if None not in precisions:
+        left["precision"], right["precision"] = precisions
     fields += [(f"locked.{key}", left.get(key), right.get(key)) for key in sorted(set(left) | set(right))]
     if "ruler_reward" in (left.get("metric"), right.get("metric")):
         fields.append(("judge", baseline.get("judge"), candidate.get("judge")))

@@ -86,6 +86,13 @@ class Settings(BaseSettings):
         "checkpoint their current step before it kills them.",
     )
     worker_concurrency: int = Field(1, gt=0, le=64, description="Jobs one worker trains at once.")
+    precision: Literal["auto", "bfloat16", "float32"] = Field(
+        "auto",
+        description="The dtype the transformers backend (and the inference process) holds a base model in; LoRA "
+        "weights and their optimizer state stay float32. `auto`: bfloat16 on CUDA and on CPUs that multiply it "
+        "natively (AMX-BF16, AVX512-BF16), float32 on others (AVX2 only emulates it, slower). Manifests lock it: runs "
+        "measured in different precisions are not compared.",
+    )
     poll_seconds: float = Field(1.0, gt=0, description="How often an idle worker looks for queued jobs.")
     trajectories_per_step: int = Field(8, ge=0, le=1024, description="Rollouts kept per step for operators to read.")
     alert_webhook_url: str | None = Field(None, description="Alerts are POSTed here as JSON, with retries.")

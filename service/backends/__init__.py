@@ -14,17 +14,22 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import art
 
+    from service.backends.transformers.precision import Precision
+
 
 class BackendUnavailableError(RuntimeError):
     """The requested backend cannot run on this machine (missing extras or credentials)."""
 
 
-def make_backend(name: str, *, data_dir: Path, seed: int) -> art.Backend:
-    """A fresh backend instance; the caller closes it."""
+def make_backend(name: str, *, data_dir: Path, seed: int, precision: Precision = "auto") -> art.Backend:
+    """A fresh backend instance; the caller closes it. ``precision`` is the transformers backend's base dtype
+    (``Settings.precision``)."""
     if name == "transformers":
         from service.backends.transformers.backend import TransformersBackend
 
-        return TransformersBackend(path=data_dir / "models", cache_dir=data_dir / "cache", seed=seed)
+        return TransformersBackend(
+            path=data_dir / "models", cache_dir=data_dir / "cache", seed=seed, precision=precision
+        )
     if name == "embedded":
         from service.backends.embedded import EmbeddedBackend
 
@@ -48,3 +53,9 @@ def make_backend(name: str, *, data_dir: Path, seed: int) -> art.Backend:
 
         return art.ServerlessBackend()
     raise BackendUnavailableError(f"unknown backend {name!r}")
+
+
+def precision_of(backend: art.Backend) -> str | None:
+    """The dtype name the backend computes its policy's base model in, where this process chose it (the transformers
+    backend); None where it is not this process's to choose (ART's GPU and serverless backends) or never varies."""
+    return getattr(backend, "precision", None)

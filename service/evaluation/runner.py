@@ -22,7 +22,7 @@ from sqlmodel import Session
 
 from environments.base import Environment, Sampling
 from service import manifests
-from service.backends import make_backend
+from service.backends import make_backend, precision_of
 from service.backends.models import checkpoint_model, trainable_model
 from service.evaluation.plan import EvaluationError, Resolved, manifest_for, resolve
 from service.evaluation.results import completion_text, completion_tokens, example_row, sum_logprob, summarize
@@ -184,7 +184,12 @@ async def evaluate_into(
             parent = runs.get_job(session, job_id=spec.model.job_id) if isinstance(spec.model, CheckpointModel) else None
         if parent is not None:
             job_spec = JobSpec.model_validate(parent.spec)
-            backend = make_backend(job_spec.model.backend, data_dir=data_dir, seed=job_spec.seed)
+            backend = make_backend(job_spec.model.backend, data_dir=data_dir, seed=job_spec.seed,
+                                   precision=settings.precision)  # fmt: skip
+            with fenced(db, hooks, job_id) as session:  # what the checkpoint is computed in here, which only we know
+                job = runs.get_job(session, job_id=job_id)
+                job.manifest = manifests.with_precision(job.manifest, precision_of(backend))
+                session.add(job)
             trainable = trainable_model(parent.id, job_spec, resolved.env, data_dir)
             await trainable.register(backend)
             model = checkpoint_model(trainable, resolved.model_section["step"])

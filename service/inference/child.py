@@ -38,10 +38,10 @@ CACHE_SIZE = 2  # checkpoints kept loaded (a SmolLM2-135M base and adapter: abou
 
 
 class Checkpoints:
-    """The last ``size`` checkpoints used, loaded."""
+    """The last ``size`` checkpoints used, loaded, their base models in ``precision``."""
 
-    def __init__(self, size: int = CACHE_SIZE) -> None:
-        self.size = size
+    def __init__(self, size: int = CACHE_SIZE, *, precision: str = "auto") -> None:
+        self.size, self.precision = size, precision
         self._loaded: OrderedDict[tuple[str, int, int], Any] = OrderedDict()
 
     def get(self, folder: Path, name: str) -> Any:
@@ -58,7 +58,7 @@ class Checkpoints:
             self._loaded.move_to_end(key)
             return self._loaded[key]
         try:
-            loaded = CheckpointModel(folder)
+            loaded = CheckpointModel(folder, precision=self.precision)
         except NotServable as exc:
             raise ServingError(409, f"model {name!r} cannot be served: {exc}", "model_not_servable") from None
         except Exception:  # a corrupt checkpoint: the log has the traceback, the client a reason without paths
@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parent", type=int, required=True)
     parser.add_argument("--cpu-policy", choices=("idle", "nice"), required=True)
     parser.add_argument("--nice", type=int, default=0)
+    parser.add_argument("--precision", choices=("auto", "bfloat16", "float32"), default="auto")
     args = parser.parse_args(argv)
     if not settle_as_child(parent=args.parent, cpu_policy=args.cpu_policy, nice=args.nice):
         return
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
     cancels: dict[int, threading.Event] = {}
     threading.Thread(target=read_requests, args=(sys.stdin, work, cancels), daemon=True).start()
     threading.Thread(target=importlib.import_module, args=(MODEL_MODULE,), daemon=True).start()  # torch, while idle
-    checkpoints, baton, writing = Checkpoints(), Baton(), threading.Lock()
+    checkpoints, baton, writing = Checkpoints(precision=args.precision), Baton(), threading.Lock()
 
     def serve(message: dict[str, Any]) -> None:
         with baton.held() as model_time:

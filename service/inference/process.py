@@ -32,12 +32,13 @@ class _Child:
 
 
 class InferenceProcess:
-    """A child process answering chat completions at the workers' CPU policy, on ``threads`` torch threads."""
+    """A child process answering chat completions at the workers' CPU policy, on ``threads`` torch threads, its base
+    models in ``precision`` (Settings.precision)."""
 
-    def __init__(self, *, cpu_policy: str, nice: int, threads: int) -> None:
+    def __init__(self, *, cpu_policy: str, nice: int, threads: int, precision: str = "auto") -> None:
         self._command = [
             sys.executable, "-m", "service.inference.child",
-            "--parent", str(os.getpid()), "--cpu-policy", cpu_policy, "--nice", str(nice),
+            "--parent", str(os.getpid()), "--cpu-policy", cpu_policy, "--nice", str(nice), "--precision", precision,
         ]  # fmt: skip
         threads_env = {name: str(threads) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
         quiet = {"HF_HUB_DISABLE_PROGRESS_BARS": "1"}  # no loading bars in the server's log
@@ -48,7 +49,8 @@ class InferenceProcess:
 
     @classmethod
     def of(cls, settings: Settings) -> InferenceProcess:
-        return cls(cpu_policy=settings.worker_cpu_policy, nice=settings.worker_nice, threads=settings.inference_threads)
+        return cls(cpu_policy=settings.worker_cpu_policy, nice=settings.worker_nice, threads=settings.inference_threads,
+                   precision=settings.precision)  # fmt: skip
 
     @property
     def pid(self) -> int | None:

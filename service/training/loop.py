@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 import environments
 from judges.usage import BudgetSpent, JudgeBudget
 from service import manifests
-from service.backends import make_backend
+from service.backends import make_backend, precision_of
 from service.backends.models import trainable_model
 from service.runner import stopping
 from service.runner.control import JobCancelled, JobHooks, JobInterrupted, fenced, interrupt_if_asked
@@ -60,7 +60,7 @@ async def run_job(
         env = environments.load(spec.environment, spec.environment_args)
         graded_against = {str(row["id"]): row for row in env.scenarios("train")} if spec.reward.mode == "grader" else {}
         judge = judge_for(spec.reward, settings, graded_against, budget)
-        backend = make_backend(spec.model.backend, data_dir=data_dir, seed=spec.seed)
+        backend = make_backend(spec.model.backend, data_dir=data_dir, seed=spec.seed, precision=settings.precision)
         run = Run(job_id, spec, env, trainable_model(job_id, spec, env, data_dir), backend, db, hooks, judge, budget)
         _record_manifest(run)
         run.baseline_accuracy = await baseline_accuracy(run, settings, data_dir)
@@ -94,11 +94,11 @@ async def run_job(
 
 def _record_manifest(run: Run) -> None:
     """What this run measures with: the manifest stored at submission, refreshed for the code of the process that
-    trains it (manifests.refreshed), with that process's runtime, which only it knows."""
+    trains it (manifests.refreshed), with that process's precision and runtime, which only it knows."""
     with run.write() as session:
         job = runs.get_job(session, job_id=run.job_id)
         stored = manifests.refreshed(job.manifest, lambda: manifests.training_manifest(run.spec, run.env))
-        job.manifest = {**stored, "runtime": manifests.runtime()}
+        job.manifest = {**manifests.with_precision(stored, precision_of(run.backend)), "runtime": manifests.runtime()}
         session.add(job)
 
 

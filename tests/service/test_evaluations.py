@@ -162,6 +162,8 @@ async def test_an_unknown_provider_or_a_disallowed_model_fails_the_evaluation_wi
 @pytest.mark.asyncio
 @sqlite_only
 async def test_a_job_that_names_a_baseline_measures_it_first_and_stops_once_it_beats_it(engine, settings, tiny_lm):
+    from service.backends.transformers.engine import default_device
+    from service.backends.transformers.precision import dtype_name, resolve
     from service.spec import JobSpec
     from service.training.loop import run_job
 
@@ -184,6 +186,8 @@ async def test_a_job_that_names_a_baseline_measures_it_first_and_stops_once_it_b
         job_side = Measured(trained.id, trained.kind, 0, trained.manifest, runs.example_results(session, job_id=job_id, step=0))
     verdict = compare(measured(engine, baseline), job_side)
     assert verdict["comparable"], verdict["reasons"]  # the baseline was measured on the job's own validation examples
+    here = dtype_name(resolve(settings.precision, default_device()))
+    assert trained.manifest["locked"]["precision"] == here  # locked; the litellm baseline has none to share
     assert verdict["baseline"]["examples"] == verdict["candidate"]["examples"] == 10
 
 

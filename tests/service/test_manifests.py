@@ -1,5 +1,5 @@
 """A manifest's prompt hash is built once per configuration in a process (every submission asks for it), and still
-tells apart the arguments and the data it was measured on."""
+tells apart the arguments and the data it was measured on; the precision a policy was computed in is locked."""
 
 from __future__ import annotations
 
@@ -78,3 +78,25 @@ def test_a_math_level_hashes_its_own_prompts():
         env = MathEnvironment(level=level)
         expected = manifests.prompt_hash(env, list(env.scenarios("val"))[: spec.validation.max_examples])
         assert manifest["locked"]["prompt_hash"] == expected
+
+
+def _trained(precision: str | None, backend: str = "transformers") -> dict:
+    """A training job's manifest as the worker records it (an old one, before precisions were: ``None``)."""
+    spec = JobSpec(environment="math", model={"backend": backend, "base_model": "SmolLM2-135M-Instruct"})
+    return manifests.with_precision(manifests.training_manifest(spec, load("math", {})), precision)
+
+
+def test_runs_computed_in_other_precisions_are_not_comparable_and_old_ones_read_as_float32():
+    bf16, f32, old = _trained("bfloat16"), _trained("float32"), _trained(None)
+    assert "precision" not in old["locked"] and bf16["locked"]["precision"] == "bfloat16"
+    differs = [{"field": "locked.precision", "baseline": "float32", "candidate": "bfloat16"}]
+    assert manifests.differences(f32, bf16) == differs
+    assert manifests.differences(old, f32) == []  # written before the field: the CPU's float32 then
+    assert manifests.differences(old, bf16) == differs
+
+
+def test_a_model_the_service_does_not_compute_shares_no_precision():
+    baseline = {**_trained(None), "model": {"kind": "litellm", "model": "openai/gpt-4o-mini"}}  # an evaluation's
+    assert manifests.differences(baseline, _trained("bfloat16")) == []
+    assert manifests.differences(_trained(None, "local"), _trained("float32")) == []
+    assert manifests.with_precision(baseline, None) == baseline

@@ -19,9 +19,10 @@ from art import dev
 from service.backends import layout
 from service.backends.openai_server import Sample, ServingError
 from service.backends.serving import InProcessBackend, SftBatches, parse_model_name
-from service.backends.transformers.engine import LoraSettings, PolicyEngine
+from service.backends.transformers.engine import LoraSettings, PolicyEngine, default_device
 from service.backends.transformers.generation import SamplingRequest
 from service.backends.transformers.models import resolve_base_model
+from service.backends.transformers.precision import Precision, dtype_name, resolve
 from service.backends.transformers.template_chat import TemplateChat
 
 BATCH_WINDOW_S = 0.02  # how long the first request of a batch waits for the others of its step to arrive
@@ -38,16 +39,19 @@ class _Pending:
 class TransformersBackend(InProcessBackend):
     """Trains LoRA adapters on real LMs in this process (CUDA when present, else the CPU) and serves them.
 
-    ``path`` holds one directory per model (ART's layout); ``cache_dir`` the converted base models.
+    ``path`` holds one directory per model (ART's layout); ``cache_dir`` the converted base models; ``precision`` the
+    base models' dtype (precision.py), whose name ``precision`` holds once resolved for this machine.
     """
 
     sft_batch_size = 16
 
     def __init__(self, *, path: str | Path, cache_dir: str | Path, seed: int = 0, lora: LoraSettings = LoraSettings(),
-                 host: str = "127.0.0.1", port: int = 0) -> None:  # fmt: skip
+                 precision: Precision = "auto", host: str = "127.0.0.1", port: int = 0) -> None:  # fmt: skip
         super().__init__(host=host, port=port, thread_name="transformers-policy")
         self._path, self._cache_dir = Path(path), Path(cache_dir)
         self._seed, self._lora = seed, lora
+        self._dtype = resolve(precision, default_device())
+        self.precision = dtype_name(self._dtype)
         self._pending: list[_Pending] = []
         self._batcher: asyncio.Task[None] | None = None
 
@@ -58,7 +62,8 @@ class TransformersBackend(InProcessBackend):
             raise TypeError("the transformers backend trains and serves TrainableModel instances only")
         base_dir = await self._run(resolve_base_model, model.base_model, self._cache_dir / "base-models")
         model_dir = layout.model_dir(self._path, model.name, model.project)
-        self._engines[model.name] = await self._run(PolicyEngine, model_dir, base_dir, lora=self._lora, seed=self._seed)
+        self._engines[model.name] = await self._run(PolicyEngine, model_dir, base_dir, lora=self._lora, seed=self._seed,
+                                                   dtype=self._dtype)  # fmt: skip
 
     async def _prepare_backend_for_training(
         self, model: art.TrainableModel, config: dev.OpenAIServerConfig | None = None

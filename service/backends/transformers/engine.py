@@ -22,6 +22,7 @@ from service.backends.openai_server import Sample
 from service.backends.transformers import attention, chat, training
 from service.backends.transformers.generation import Generator, SamplingRequest
 from service.backends.transformers.models import load_tokenizer
+from service.backends.transformers.precision import resolve
 
 OPTIMIZER_FILE = "optimizer.pt"
 
@@ -44,21 +45,23 @@ def default_device() -> torch.device:
 
 
 class PolicyEngine:
-    """Loads (or resumes) ``model_dir``'s adapter on the base model in ``base_dir``."""
+    """Loads (or resumes) ``model_dir``'s adapter on the base model in ``base_dir``, the base in ``dtype`` (default:
+    precision.py's choice for the device) and the adapter and its optimizer state in float32."""
 
     def __init__(self, model_dir: Path, base_dir: Path, *, lora: LoraSettings = LoraSettings(), seed: int = 0,
-                 device: torch.device | None = None) -> None:  # fmt: skip
+                 device: torch.device | None = None, dtype: torch.dtype | None = None) -> None:  # fmt: skip
         from peft import LoraConfig, PeftModel, get_peft_model
         from transformers import AutoModelForCausalLM
 
         self.model_dir, self.base_dir, self.lora = model_dir, base_dir, lora
         self.device = device or default_device()
-        dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        self.dtype = dtype or resolve("auto", self.device)
         self.tokenizer = load_tokenizer(base_dir)
         chat.add_tool_support(self.tokenizer)
         torch.manual_seed(seed)
-        base = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=dtype, use_safetensors=True,
-                                                    attn_implementation=attention.implementation_for(self.device)).to(self.device)
+        base = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=self.dtype, use_safetensors=True,
+                                                    attn_implementation=attention.implementation_for(self.device))
+        base = base.to(self.device)
         steps = layout.checkpoint_steps(model_dir)
         if steps:
             self.model = PeftModel.from_pretrained(base, str(layout.checkpoint_dir(model_dir, steps[-1])), is_trainable=True)

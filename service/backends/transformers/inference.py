@@ -22,6 +22,7 @@ from service.backends.openai_server import ChatCompletionRequest
 from service.backends.transformers import attention, chat
 from service.backends.transformers.generation import Generator, SamplingRequest
 from service.backends.transformers.models import load_tokenizer
+from service.backends.transformers.precision import Precision, resolve
 from service.backends.transformers.template_chat import TemplateChat
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -45,9 +46,10 @@ def base_model_dir(folder: Path) -> Path:
 
 
 class CheckpointModel:
-    """``folder``'s adapter on its base model, in eval mode, on CUDA when present, else the CPU."""
+    """``folder``'s adapter on its base model, in eval mode, on CUDA when present, else the CPU; the base in
+    ``precision`` (precision.py), the adapter in float32, as the training engine loads them."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, precision: Precision = "auto") -> None:
         from peft import PeftModel
         from transformers import AutoModelForCausalLM
 
@@ -55,7 +57,7 @@ class CheckpointModel:
             raise NotServable(f"it has no {ADAPTER_WEIGHTS}")
         base_dir = base_model_dir(folder)
         device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # as the training engine loads it
+        dtype = resolve(precision, device)
         self.tokenizer = load_tokenizer(folder if (folder / "tokenizer_config.json").is_file() else base_dir)
         chat.add_tool_support(self.tokenizer)
         base = AutoModelForCausalLM.from_pretrained(

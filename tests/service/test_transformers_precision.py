@@ -1,0 +1,96 @@
+"""The transformers backend in bfloat16 (forced here: this may be an AVX2 machine) and float32, on the tiny Llama: the
+choice follows the CPU's flags, the base is bfloat16 while the LoRA weights, their optimizer state and the adapter on
+disk stay float32, the sampler's logprobs are the trainer's, a step trains, and a checkpoint is served and merged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from service import adapters
+from service.backends import layout
+from service.backends.transformers import chat, precision, training
+from service.backends.transformers.engine import LoraSettings, PolicyEngine
+from service.backends.transformers.generation import SamplingRequest
+from service.backends.transformers.inference import ADAPTER_WEIGHTS, CheckpointModel
+
+CPU = torch.device("cpu")
+MESSAGES = [{"role": "user", "content": "What is 2 + 3? Reply with `Final: <int>`."}]
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [({"avx2": True}, torch.float32), ({"avx2": True, "avx512_bf16": True}, torch.bfloat16),
+     ({"amx_bf16": True, "amx_tile": True}, torch.bfloat16), ({}, torch.float32)],
+)  # fmt: skip
+def test_auto_picks_bfloat16_where_the_cpu_multiplies_it_natively_and_a_forced_one_wins(flags, expected, monkeypatch):
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: flags)
+    assert precision.resolve("auto", CPU) == expected
+    assert precision.resolve("auto", torch.device("cuda")) == torch.bfloat16
+    assert precision.resolve("float32", torch.device("cuda")) == torch.float32
+    assert precision.resolve("bfloat16", CPU) == torch.bfloat16
+    with pytest.raises(ValueError, match="unknown precision"):
+        precision.resolve("fp8", CPU)  # type: ignore[arg-type]
+
+
+def _engine(tiny_lm: Path, folder: Path, dtype: torch.dtype) -> PolicyEngine:
+    """An engine with confident and unsure tokens (the final norm scales the logits up: a random init is nearly
+    uniform) and a nonzero adapter, so the sampler and the trainer apply all of it."""
+    engine = PolicyEngine(folder, tiny_lm, lora=LoraSettings(rank=8), device=CPU, dtype=dtype)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        engine.model.get_base_model().model.norm.weight.mul_(40)
+        for name, param in engine.model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05)
+    return engine
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_trainer_recomputes_the_probabilities_the_sampler_reported(dtype, tiny_lm, tmp_path):
+    engine = _engine(tiny_lm, tmp_path / "model", dtype)
+    prompt = tuple(chat.render_prompt(engine.tokenizer, MESSAGES, None))
+    requests = [SamplingRequest(prompt_ids=prompt, n=3, max_tokens=16, seed=1),
+                SamplingRequest(prompt_ids=prompt[:-2], n=3, max_tokens=16, seed=2)]  # fmt: skip
+    sampled, recomputed = [], []
+    for request, samples in zip(requests, engine.generate(requests)):
+        for sample in samples:
+            tokens = torch.tensor([[*request.prompt_ids, *sample.token_ids]])
+            length = tokens.shape[1]
+            mask = torch.tril(torch.ones(1, length, length, dtype=torch.bool))
+            with torch.no_grad():
+                logprobs, _ = training.token_logprobs(engine.model, tokens, mask, torch.arange(length).unsqueeze(0))
+            recomputed += logprobs[0, len(request.prompt_ids) - 1 : length - 1].tolist()
+            sampled += sample.logprobs
+    probs = torch.tensor([sampled, recomputed]).exp()
+    assert probs[0].std() > 0.2  # probabilities from near 0 to near 1: the correlation means something
+    assert torch.corrcoef(probs)[0, 1] >= 0.999  # ART's probs_corr
+
+
+def test_a_bfloat16_base_trains_float32_lora_weights_and_saves_them_as_float32(tiny_lm, tmp_path):
+    import art
+
+    engine = PolicyEngine(tmp_path / "model", tiny_lm, lora=LoraSettings(rank=8), device=CPU, dtype=torch.bfloat16)
+    assert engine.lora.gradient_checkpointing and engine.model.get_base_model().is_gradient_checkpointing
+    trainable = {name: p for name, p in engine.model.named_parameters() if p.requires_grad}
+    frozen = [p for p in engine.model.parameters() if not p.requires_grad]
+    assert trainable and all("lora_" in name and p.dtype == torch.float32 for name, p in trainable.items())
+    assert frozen and all(p.dtype == torch.bfloat16 for p in frozen)
+    before = {name: p.detach().clone() for name, p in trainable.items()}
+    reply = {"role": "assistant", "content": "Final: 5"}
+    metrics = engine.sft_step([art.Trajectory(messages_and_choices=[*MESSAGES, reply], reward=1.0)], 1e-2)
+    assert torch.isfinite(torch.tensor([metrics["loss"], metrics["grad_norm"]])).all() and metrics["loss"] > 0
+    assert any(not torch.equal(before[name], p) for name, p in trainable.items())
+    moments = [v for state in engine.optimizer.state.values() for v in state.values() if v.is_floating_point()]
+    assert moments and all(v.dtype == torch.float32 for v in moments)
+
+    engine.finish_sft()
+    folder = layout.checkpoint_dir(engine.model_dir, engine.step)
+    assert {t.dtype for t in load_file(folder / ADAPTER_WEIGHTS).values()} == {torch.float32}
+    served = CheckpointModel(folder, precision="bfloat16")  # the inference process's model, as the trainer's
+    assert {p.dtype for n, p in served.model.named_parameters() if "lora_" in n} == {torch.float32}
+    adapters.merge(folder, tiny_lm, tmp_path / "merged")  # the export loads its own base (as saved: float32)
+    assert (tmp_path / "merged" / "model.safetensors").is_file()
