@@ -56,8 +56,16 @@ def _common_prefix(prompts: list[tuple[int, ...]]) -> int:
     return length
 
 
-def _samples(requests: list[SamplingRequest], rows: list[_Row]) -> list[list[Sample]]:
-    return [[row.sample for row in rows if row.request is r] for r in requests]
+def _select_rows(cache: DynamicCache, mask: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Keep only the ``index`` rows of the cache and return their mask, less the leading columns none of them
+    attends to (the left padding of longer rows that left)."""
+    cache.batch_select_indices(index)
+    mask = mask[index]
+    first = int(mask.any(dim=0).int().argmax())
+    if first:
+        for layer in cache.layers:
+            layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
+    return mask[:, first:]
 
 
 def _choose(logits: torch.Tensor, row: _Row) -> int:
@@ -90,7 +98,7 @@ class Generator:
         """One list of ``request.n`` samples per request, decoded together. ``should_stop`` (a client gone, a deadline
         passed) is asked before each decoding step and, the shared prompt then encoded ``PREFILL_CHUNK`` tokens at a
         time, before each chunk: once true, what was sampled is returned, the unfinished samples' finish_reason
-        ``length``."""
+        ``length``. A finished sample leaves the batch at once: each step costs only the rows still decoding."""
         prompts = list(dict.fromkeys(r.prompt_ids for r in requests))
         rows = [
             _Row(
@@ -105,23 +113,27 @@ class Generator:
         try:
             cache, mask, logits = self._prefill(prompts, should_stop)
         except _Stopped:
-            return _samples(requests, rows)
+            return self._samples(requests, rows)
         index = torch.tensor([row.prompt for row in rows], device=self.device)
         cache.reorder_cache(index)
         mask, logits = mask[index], logits[index]
-        steps = max(r.max_tokens for r in requests)
-        for _ in range(steps):
+        live = rows  # the batch's rows, in the order of the cache's
+        for _ in range(max(r.max_tokens for r in requests)):
             if should_stop is not None and should_stop():
                 break
-            chosen = [self._emit(row, logits[i]) for i, row in enumerate(rows)]
-            if all(row.done for row in rows):
+            chosen = self._emit(live, logits)
+            keep = [i for i, row in enumerate(live) if not row.done]
+            if not keep:
                 break
+            if len(keep) < len(live):
+                mask = _select_rows(cache, mask, torch.tensor(keep, device=self.device))
+                live, chosen = [live[i] for i in keep], [chosen[i] for i in keep]
             tokens = torch.tensor(chosen, device=self.device).unsqueeze(1)
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             positions = mask.sum(dim=1, keepdim=True) - 1
             out = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True)
             logits = out.logits[:, -1, :].float()
-        return _samples(requests, rows)
+        return self._samples(requests, rows)
 
     def _prefill(
         self, prompts: list[tuple[int, ...]], should_stop: Callable[[], bool] | None
@@ -152,28 +164,45 @@ class Generator:
         )
         return cache, mask, out.logits[:, -1, :].float()
 
-    def _emit(self, row: _Row, logits: torch.Tensor) -> int:
-        """Sample the row's next token and record it; a finished row keeps decoding an ignored token."""
-        if row.done:
-            return next(iter(self.end_token_ids))
-        token = _choose(logits, row)
+    def _emit(self, live: list[_Row], logits: torch.Tensor) -> list[int]:
+        """Sample each live row's next token from its own generator and record it with its logprob; the rows that
+        end (an end token, a stop string, ``max_tokens``) are marked done."""
         logprobs = torch.log_softmax(logits, dim=-1)
-        sample, request = row.sample, row.request
-        sample.token_ids.append(token)
-        sample.logprobs.append(float(logprobs[token]))
-        if request.top_logprobs:
-            values, ids = torch.topk(logprobs, request.top_logprobs)
-            sample.top_logprobs.append([(int(i), float(v)) for i, v in zip(ids, values)])
-        if token in self.end_token_ids:
-            sample.finish_reason, row.done = "stop", True
-        else:
-            sample.text = self.tokenizer.decode(
-                [t for t in sample.token_ids if t not in self.end_token_ids], skip_special_tokens=False
-            )
-            hit = next((s for s in request.stop if s and s in sample.text), None)
-            if hit is not None:
-                sample.text = sample.text[: sample.text.index(hit)]
+        chosen = [_choose(logits[i], row) for i, row in enumerate(live)]
+        picked = logprobs.gather(1, torch.tensor(chosen, device=logits.device).unsqueeze(1)).squeeze(1).tolist()
+        for i, (row, token) in enumerate(zip(live, chosen)):
+            sample, request = row.sample, row.request
+            sample.token_ids.append(token)
+            sample.logprobs.append(picked[i])
+            if request.top_logprobs:
+                values, ids = torch.topk(logprobs[i], request.top_logprobs)
+                sample.top_logprobs.append(list(zip(ids.tolist(), values.tolist())))
+            if token in self.end_token_ids:
+                sample.finish_reason, row.done = "stop", True
+            elif request.stop and (hit := self._stop_string(row)) is not None:
+                text = self._text(sample)
+                sample.text = text[: text.index(hit)]
                 sample.finish_reason, sample.stop_reason, row.done = "stop", hit, True
-        if len(sample.token_ids) >= request.max_tokens and not row.done:
-            row.done = True
-        return token
+            if len(sample.token_ids) >= request.max_tokens:
+                row.done = True
+        return chosen
+
+    def _stop_string(self, row: _Row) -> str | None:
+        """The first of the row's stop strings in its text, decoding only the tail the newest token can have completed
+        a stop string in (a character takes at most 4 byte tokens; the slack covers one re-decoded on the boundary)."""
+        stops = row.request.stop
+        tail = row.sample.token_ids[-4 * (max(len(s) for s in stops) + 4) :]
+        if not any(s and s in self.tokenizer.decode(tail, skip_special_tokens=False) for s in stops):
+            return None
+        text = self._text(row.sample)
+        return next((s for s in stops if s and s in text), None)
+
+    def _text(self, sample: Sample) -> str:
+        return self.tokenizer.decode([t for t in sample.token_ids if t not in self.end_token_ids], skip_special_tokens=False)
+
+    def _samples(self, requests: list[SamplingRequest], rows: list[_Row]) -> list[list[Sample]]:
+        """Each request's samples, their text decoded once (a stop string's cut was set when it was found)."""
+        for row in rows:
+            if row.sample.stop_reason is None:
+                row.sample.text = self._text(row.sample)
+        return [[row.sample for row in rows if row.request is r] for r in requests]
