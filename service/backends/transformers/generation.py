@@ -191,8 +191,8 @@ class Generator:
         """The first of the row's stop strings in its text, decoding only the tail the newest token can have completed
         a stop string in (a character takes at most 4 byte tokens; the slack covers one re-decoded on the boundary)."""
         stops = row.request.stop
-        tail = row.sample.token_ids[-4 * (max(len(s) for s in stops) + 4) :]
-        if not any(s and s in self.tokenizer.decode(tail, skip_special_tokens=False) for s in stops):
+        tail = self.tokenizer.decode(row.sample.token_ids[-4 * (max(len(s) for s in stops) + 4) :], skip_special_tokens=False)
+        if not any(s and s in tail for s in stops):
             return None
         text = self._text(row.sample)
         return next((s for s in stops if s and s in text), None)
