@@ -73,3 +73,83 @@ def test_a_finished_row_is_no_longer_fed_through_the_model(lm):
     rows = [rows for rows, _ in steps]
     assert sum(rows) == sum(len(s.token_ids) - 1 for s in samples)  # each sampled token but a row's last fed once
     assert rows == sorted(rows, reverse=True) and rows[0] == 5 and rows[-1] == 2  # shrinks to the two 40-token rows
+
+
+def _turns(tokenizer) -> list[tuple[int, ...]]:
+    """Three turns' new tokens: a question, then two tool answers."""
+    return [tuple(tokenizer.encode(text)) for text in (
+        "<|im_start|>user\nFind the email about the budget meeting.<|im_end|>\n<|im_start|>assistant\n",
+        "<|im_end|>\n<|im_start|>tool\n3 results: budget.eml, q3.eml, lunch.eml<|im_end|>\n<|im_start|>assistant\n",
+        "<|im_end|>\n<|im_start|>tool\nFrom: Ann. The budget meeting moved to Friday.<|im_end|>\n<|im_start|>assistant\n",
+    )]  # fmt: skip
+
+
+def test_a_turn_that_extends_the_last_gives_the_same_sample_encoding_only_its_new_tokens(lm):
+    model, tokenizer = lm
+    cached, fresh = _generator(lm), Generator(model, tokenizer, end_token_ids=chat.end_token_ids(tokenizer), prefix_cache_bytes=0)
+    prompt: tuple[int, ...] = ()
+    for turn, new in enumerate(_turns(tokenizer)):
+        prompt += new
+        request = SamplingRequest(prompt_ids=prompt, n=2, max_tokens=6 + 3 * turn, seed=turn)
+        with _fed(model) as shapes:
+            with_cache = cached.generate([request])[0]
+        without = fresh.generate([request])[0]
+        for a, b in zip(with_cache, without):
+            assert a.token_ids == b.token_ids and a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+        known = 0 if turn == 0 else len(prompt) - len(new) - 1  # the last turn's reply but its last token, never fed
+        decoded = sum(len(s.token_ids) - 1 for s in with_cache)
+        assert sum(rows * tokens for rows, tokens in shapes) == len(prompt) - known + decoded
+        prompt += tuple(with_cache[0].token_ids)
+
+
+def test_states_computed_with_other_weights_are_never_reused(lm):
+    model, tokenizer = lm
+    generator = _generator(lm)
+    first = _turns(tokenizer)[0]
+    [[reply]] = generator.generate([SamplingRequest(prompt_ids=first, max_tokens=4, seed=1)], weights="step-1")
+    follow_up = first + tuple(reply.token_ids) + _turns(tokenizer)[1]
+    assert generator.prefix_cache.longest(follow_up, len(follow_up))[0] == len(first) + 3
+    with _fed(model) as shapes:
+        generator.generate([SamplingRequest(prompt_ids=follow_up, max_tokens=1)], weights="step-2")
+    assert sum(tokens for _, tokens in shapes) == len(follow_up)
+
+
+def test_the_engine_reuses_a_conversations_states_until_a_training_step_changes_the_weights(tiny_lm, tmp_path):
+    import art
+
+    from service.backends.transformers.engine import LoraSettings, PolicyEngine
+
+    engine = PolicyEngine(tmp_path / "model", tiny_lm, lora=LoraSettings(rank=8))
+    turns = _turns(engine.tokenizer)
+    [[reply]] = engine.generate([SamplingRequest(prompt_ids=turns[0], max_tokens=4, seed=1)])
+    follow_up = turns[0] + tuple(reply.token_ids) + turns[1]
+    with _fed(engine.model) as reused:
+        engine.generate([SamplingRequest(prompt_ids=follow_up, max_tokens=1)])
+    assert sum(tokens for _, tokens in reused) == len(turns[1]) + 1
+    messages = [{"role": "user", "content": "Find the budget email."}, {"role": "assistant", "content": "budget.eml"}]
+    engine.sft_step([art.Trajectory(messages_and_choices=messages, reward=0.0)], learning_rate=1e-3)
+    with _fed(engine.model) as after_training:
+        engine.generate([SamplingRequest(prompt_ids=follow_up + (42,), max_tokens=1)])
+    assert sum(tokens for _, tokens in after_training) == len(follow_up) + 1
+
+
+def test_the_prefix_cache_keeps_the_longest_entries_within_its_bound():
+    from service.backends.transformers.prefix_cache import PrefixCache
+
+    def states(length: int) -> list[tuple[torch.Tensor, torch.Tensor]]:  # 2 layers x 2 x 1 head x 4 dims x 4 bytes
+        return [(torch.full((1, length, 4), float(length)), torch.zeros(1, length, 4)) for _ in range(2)]
+
+    cache = PrefixCache(max_bytes=64 * 10)  # 10 tokens
+    cache.put((1, 2, 3), states(3))
+    cache.put((1, 2, 3, 4, 5), states(5))  # extends the first: replaces it
+    assert len(cache) == 1 and cache.nbytes == 64 * 5
+    length, kv = cache.longest((1, 2, 3, 9), limit=3)
+    assert length == 3 and kv[0][0].shape == (1, 5, 4)  # the longer entry, only its first 3 states are the prompt's
+    cache.put((7, 8, 9), states(3))
+    cache.longest((1, 2), limit=1)  # (1, 2, 3, 4, 5) used last: (7, 8, 9) goes first
+    cache.put((5, 6, 7), states(3))
+    assert len(cache) == 2 and cache.longest((7, 8, 9, 1), limit=3) == (0, None) and cache.nbytes == 64 * 8
+    cache.put(tuple(range(100, 111)), states(11))  # more than the whole bound: not kept, nothing evicted
+    assert len(cache) == 2 and cache.longest((5, 6, 7), limit=2)[0] == 2
+    cache.use("other weights")
+    assert len(cache) == 0 and cache.nbytes == 0

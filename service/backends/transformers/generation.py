@@ -10,13 +10,15 @@ the quantity ART's loss compares the trained policy against, as vLLM reports the
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
 
 from service.backends.openai_server import Sample
+from service.backends.transformers import batch_cache
+from service.backends.transformers.prefix_cache import KV, MAX_BYTES, PrefixCache
 
 
 PREFILL_CHUNK = 512  # prompt tokens encoded per forward pass where sampling may be stopped
@@ -56,18 +58,6 @@ def _common_prefix(prompts: list[tuple[int, ...]]) -> int:
     return length
 
 
-def _select_rows(cache: DynamicCache, mask: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """Keep only the ``index`` rows of the cache and return their mask, less the leading columns none of them
-    attends to (the left padding of longer rows that left)."""
-    cache.batch_select_indices(index)
-    mask = mask[index]
-    first = int(mask.any(dim=0).int().argmax())
-    if first:
-        for layer in cache.layers:
-            layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
-    return mask[:, first:]
-
-
 def _choose(logits: torch.Tensor, row: _Row) -> int:
     request = row.request
     if request.temperature == 0:
@@ -84,8 +74,10 @@ def _choose(logits: torch.Tensor, row: _Row) -> int:
 class Generator:
     """Samples completions from ``model`` (a causal LM, PEFT-wrapped or not) for token-id prompts."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: object, *, end_token_ids: set[int]) -> None:
+    def __init__(self, model: torch.nn.Module, tokenizer: object, *, end_token_ids: set[int],
+                 prefix_cache_bytes: int = MAX_BYTES) -> None:  # fmt: skip
         self.model, self.tokenizer, self.end_token_ids = model, tokenizer, end_token_ids
+        self.prefix_cache = PrefixCache(prefix_cache_bytes)  # 0: every prompt is encoded from its first token
 
     @property
     def device(self) -> torch.device:
@@ -93,12 +85,14 @@ class Generator:
 
     @torch.inference_mode()
     def generate(
-        self, requests: list[SamplingRequest], *, should_stop: Callable[[], bool] | None = None
+        self, requests: list[SamplingRequest], *, should_stop: Callable[[], bool] | None = None, weights: Hashable = None
     ) -> list[list[Sample]]:
         """One list of ``request.n`` samples per request, decoded together. ``should_stop`` (a client gone, a deadline
         passed) is asked before each decoding step and, the shared prompt then encoded ``PREFILL_CHUNK`` tokens at a
         time, before each chunk: once true, what was sampled is returned, the unfinished samples' finish_reason
-        ``length``. A finished sample leaves the batch at once: each step costs only the rows still decoding."""
+        ``length``. A finished sample leaves the batch at once: each step costs only the rows still decoding. ``weights``
+        names the weights sampled from: states cached under other weights are never reused."""
+        self.prefix_cache.use(weights)
         prompts = list(dict.fromkeys(r.prompt_ids for r in requests))
         rows = [
             _Row(
@@ -126,13 +120,15 @@ class Generator:
             if not keep:
                 break
             if len(keep) < len(live):
-                mask = _select_rows(cache, mask, torch.tensor(keep, device=self.device))
+                self._remember(live, cache, mask, [i for i in range(len(live)) if live[i].done])
+                mask = batch_cache.select_rows(cache, mask, torch.tensor(keep, device=self.device))
                 live, chosen = [live[i] for i in keep], [chosen[i] for i in keep]
             tokens = torch.tensor(chosen, device=self.device).unsqueeze(1)
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             positions = mask.sum(dim=1, keepdim=True) - 1
             out = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True)
             logits = out.logits[:, -1, :].float()
+        self._remember(live, cache, mask, list(range(len(live))))
         return self._samples(requests, rows)
 
     def _prefill(
@@ -140,29 +136,50 @@ class Generator:
     ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
         """The cache after every distinct prompt, its attention mask, and each prompt's next-token logits.
 
-        The shared prefix is encoded once and copied to every prompt, in chunks where ``should_stop`` is given (_Stopped
-        once it is true); the rest is left-padded after it, the padding masked out and skipped by the positions."""
-        device = self.device
-        cache = DynamicCache()
+        Each prompt starts from the longest prefix of it whose states are cached; where the prefix every prompt shares
+        is longer, it is encoded once (on top of the longest cached part of it) and copied to every prompt, in chunks
+        where ``should_stop`` is given (_Stopped once it is true). The rest is left-padded after it, the padding
+        masked out and skipped by the positions."""
+        bases = [self.prefix_cache.longest(p, len(p) - 1) for p in prompts]
         shared = _common_prefix(prompts)
-        if shared:
-            chunk = PREFILL_CHUNK if should_stop is not None else shared
-            for start in range(0, shared, chunk):
-                if should_stop is not None and should_stop():
-                    raise _Stopped
-                prefix = torch.tensor([prompts[0][start : min(start + chunk, shared)]], device=device)
-                self.model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
-            cache.reorder_cache(torch.zeros(len(prompts), dtype=torch.long, device=device))
-        rests = [p[shared:] for p in prompts]
+        if shared > min(length for length, _ in bases):
+            start, kv = max(((min(length, shared), kv) for length, kv in bases), key=lambda base: base[0])
+            prefix = self._encode(prompts[0][:shared], (start, kv), should_stop)
+            bases = [(length, kv) if length >= shared else (shared, prefix) for length, kv in bases]
+        cache, mask = batch_cache.left_padded(bases, self.device)
+        rests = [p[length:] for p, (length, _) in zip(prompts, bases)]
         width = max(len(r) for r in rests)
-        tokens = torch.tensor([[0] * (width - len(r)) + list(r) for r in rests], device=device)
-        rest_mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rests], device=device)
-        mask = torch.cat([torch.ones(len(prompts), shared, dtype=torch.long, device=device), rest_mask], dim=1)
-        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)[:, shared:]
+        tokens = torch.tensor([[0] * (width - len(r)) + list(r) for r in rests], device=self.device)
+        rest_mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rests], device=self.device)
+        mask = torch.cat([mask, rest_mask], dim=1)
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)[:, -width:]
         out = self.model(
             input_ids=tokens, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1
         )
         return cache, mask, out.logits[:, -1, :].float()
+
+    def _encode(self, ids: tuple[int, ...], base: tuple[int, KV | None], should_stop: Callable[[], bool] | None) -> KV:
+        """The states of ``ids``, encoded after ``base`` (the states of its first tokens), ``PREFILL_CHUNK`` tokens
+        at a time where ``should_stop`` is given."""
+        start, kv = base
+        cache = DynamicCache([(k[None, :, :start], v[None, :, :start]) for k, v in kv]) if start else DynamicCache()
+        chunk = PREFILL_CHUNK if should_stop is not None else len(ids)
+        for begin in range(start, len(ids), chunk):
+            if should_stop is not None and should_stop():
+                raise _Stopped
+            piece = torch.tensor([ids[begin : begin + chunk]], device=self.device)
+            self.model(input_ids=piece, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return [(layer.keys[0], layer.values[0]) for layer in cache.layers]
+
+    def _remember(self, rows: list[_Row], cache: DynamicCache, mask: torch.Tensor, which: list[int]) -> None:
+        """Keep the states of rows ``which`` (their prompt and the tokens fed after it) for prompts that extend them."""
+        if not self.prefix_cache.enabled:
+            return
+        for i in which:
+            kv = batch_cache.row_states(cache, mask, i)
+            prompt = rows[i].request.prompt_ids
+            fed = kv[0][0].shape[1] - len(prompt)
+            self.prefix_cache.put(prompt + tuple(rows[i].sample.token_ids[:fed]), kv)
 
     def _emit(self, live: list[_Row], logits: torch.Tensor) -> list[int]:
         """Sample each live row's next token from its own generator and record it with its logprob; the rows that
