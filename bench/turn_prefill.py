@@ -7,7 +7,7 @@ off, once on. Each turn's prompt is the chat template's rendering of the convers
 renders it. Prints, per turn, the prompt tokens, the tokens the model was fed and the seconds taken, and checks that
 both samplers chose the same tokens.
 
-    python bench/turn_prefill.py [--episodes 4]
+    PYTHONPATH=. python bench/turn_prefill.py [--episodes 2]   # PYTHONPATH: this tree's code, not the installed one
 """
 
 from __future__ import annotations
@@ -38,13 +38,16 @@ def conversations(count: int) -> list[list[dict]]:
     """``count`` demonstrator episodes of 6 turns at most, as OpenAI messages from the environment's opening."""
     env = EmailEnvironment(max_turns=TURNS)
     scenarios = random.Random(0).sample(list(env.scenarios("train")), count)
-    return [play(s, demonstrator, max_turns=TURNS, seed=i, opening=env.opening(s)).messages for i, s in enumerate(scenarios)]
+    return [
+        play(s, demonstrator, max_turns=TURNS, seed=i, opening=env.opening(s)).messages for i, s in enumerate(scenarios)
+    ]
 
 
 def turn_prompts(tokenizer, messages: list[dict]) -> list[tuple[int, ...]]:
     """The prompt of each assistant turn: the conversation before it, rendered with the tools."""
     tools = list(EmailEnvironment.tools)
-    return [tuple(chat.render_prompt(tokenizer, messages[:i], tools)) for i, m in enumerate(messages) if m["role"] == "assistant"]
+    turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    return [tuple(chat.render_prompt(tokenizer, messages[:i], tools)) for i in turns]
 
 
 def timed(generator: Generator, model: torch.nn.Module, prompts: list[tuple[int, ...]]) -> tuple[int, float, list[int]]:
@@ -60,7 +63,7 @@ def timed(generator: Generator, model: torch.nn.Module, prompts: list[tuple[int,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=4, help="episodes decoded together at each turn")
+    parser.add_argument("--episodes", type=int, default=2, help="episodes decoded together at each turn")
     args = parser.parse_args()
     model_dir = resolve_base_model(DEFAULT_BASE_MODEL, CACHE)
     tokenizer = load_tokenizer(model_dir)
@@ -71,8 +74,9 @@ def main() -> None:
     off = Generator(model, tokenizer, end_token_ids=ends, prefix_cache_bytes=0)
     on = Generator(model, tokenizer, end_token_ids=ends)
     episodes = [turn_prompts(tokenizer, m) for m in conversations(args.episodes)]
-    print(f"{args.episodes} email-agent episodes, batched turn by turn, SmolLM2-135M-Instruct float32, {torch.get_num_threads()} threads")
-    print(f"{'turn':>4} {'rows':>4} {'prompt tok':>10} {'fed off':>8} {'fed on':>7} {'s off':>7} {'s on':>7} {'same':>5}")
+    threads = torch.get_num_threads()
+    print(f"{args.episodes} email-agent episodes, batched turn by turn, SmolLM2-135M, float32, {threads} threads")
+    print(f"{'turn':>4} {'rows':>4} {'prompt tok':>10} {'fed off':>8} {'fed on':>7} {'s off':>7} {'s on':>7} same")
     totals = [0, 0, 0.0, 0.0]
     for turn in range(TURNS):
         prompts = [e[turn] for e in episodes if turn < len(e)]
@@ -81,8 +85,8 @@ def main() -> None:
         fed_off, s_off, chosen_off = timed(off, model, prompts)
         fed_on, s_on, chosen_on = timed(on, model, prompts)
         totals = [totals[0] + fed_off, totals[1] + fed_on, totals[2] + s_off, totals[3] + s_on]
-        print(f"{turn + 1:>4} {len(prompts):>4} {sum(map(len, prompts)):>10} {fed_off:>8} {fed_on:>7} {s_off:>7.2f} {s_on:>7.2f} "
-              f"{str(chosen_off == chosen_on):>5}")  # fmt: skip
+        print(f"{turn + 1:>4} {len(prompts):>4} {sum(map(len, prompts)):>10} {fed_off:>8} {fed_on:>7} {s_off:>7.2f} "
+              f"{s_on:>7.2f} {str(chosen_off == chosen_on):>5}")  # fmt: skip
     print(f"{'all':>4} {'':>4} {'':>10} {totals[0]:>8} {totals[1]:>7} {totals[2]:>7.2f} {totals[3]:>7.2f}")
     print(f"prefix cache: {len(on.prefix_cache)} entries, {on.prefix_cache.nbytes / 2**20:.0f} MiB")
 

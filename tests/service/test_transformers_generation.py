@@ -32,7 +32,7 @@ def _generator(lm) -> Generator:
 def _fed(model: torch.nn.Module) -> Iterator[list[tuple[int, int]]]:
     """(rows, tokens) of every forward pass of ``model`` inside the block."""
     shapes: list[tuple[int, int]] = []
-    hook = model.register_forward_hook(lambda _, args, kwargs, out: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    hook = model.register_forward_hook(lambda _, a, kw, o: shapes.append(kw["input_ids"].shape), with_kwargs=True)
     try:
         yield shapes
     finally:
@@ -60,7 +60,9 @@ def test_each_row_of_a_batch_with_very_different_lengths_samples_what_it_would_a
             assert batched.token_ids == single.token_ids and batched.text == single.text
             assert (batched.finish_reason, batched.stop_reason) == (single.finish_reason, single.stop_reason)
             assert batched.logprobs == pytest.approx(single.logprobs, abs=1e-5)
-            assert [[t for t, _ in top] for top in batched.top_logprobs] == [[t for t, _ in top] for top in single.top_logprobs]
+            assert [[t for t, _ in top] for top in batched.top_logprobs] == [
+                [t for t, _ in top] for top in single.top_logprobs
+            ]
 
 
 def test_a_finished_row_is_no_longer_fed_through_the_model(lm):
@@ -80,13 +82,14 @@ def _turns(tokenizer) -> list[tuple[int, ...]]:
     return [tuple(tokenizer.encode(text)) for text in (
         "<|im_start|>user\nFind the email about the budget meeting.<|im_end|>\n<|im_start|>assistant\n",
         "<|im_end|>\n<|im_start|>tool\n3 results: budget.eml, q3.eml, lunch.eml<|im_end|>\n<|im_start|>assistant\n",
-        "<|im_end|>\n<|im_start|>tool\nFrom: Ann. The budget meeting moved to Friday.<|im_end|>\n<|im_start|>assistant\n",
+        "<|im_end|>\n<|im_start|>tool\nFrom: Ann. The meeting moved to Friday.<|im_end|>\n<|im_start|>assistant\n",
     )]  # fmt: skip
 
 
 def test_a_turn_that_extends_the_last_gives_the_same_sample_encoding_only_its_new_tokens(lm):
     model, tokenizer = lm
-    cached, fresh = _generator(lm), Generator(model, tokenizer, end_token_ids=chat.end_token_ids(tokenizer), prefix_cache_bytes=0)
+    cached = _generator(lm)
+    fresh = Generator(model, tokenizer, end_token_ids=chat.end_token_ids(tokenizer), prefix_cache_bytes=0)
     prompt: tuple[int, ...] = ()
     for turn, new in enumerate(_turns(tokenizer)):
         prompt += new

@@ -3,7 +3,8 @@
 Every row of a batch may have its own prompt, temperature, ``top_p``, length, stop strings and seed. Prompts are
 encoded once however many rows share them (a group's ``n`` samples, or eight rollouts of one scenario), and the
 prefix every prompt shares (a system prompt and few-shot turns) once for the whole batch: on a CPU the prompt is
-most of the cost. Returned logprobs are the model's own (temperature 1) log-probabilities of the sampled tokens,
+most of the cost. What an earlier batch encoded (an agent's last turn) is not encoded again (prefix_cache.py), and
+a sample that finished leaves the batch. Returned logprobs are the model's own (temperature 1) log-probabilities of the sampled tokens,
 the quantity ART's loss compares the trained policy against, as vLLM reports them.
 """
 
@@ -85,13 +86,14 @@ class Generator:
 
     @torch.inference_mode()
     def generate(
-        self, requests: list[SamplingRequest], *, should_stop: Callable[[], bool] | None = None, weights: Hashable = None
-    ) -> list[list[Sample]]:
+        self, requests: list[SamplingRequest], *, should_stop: Callable[[], bool] | None = None,
+        weights: Hashable = None,
+    ) -> list[list[Sample]]:  # fmt: skip
         """One list of ``request.n`` samples per request, decoded together. ``should_stop`` (a client gone, a deadline
         passed) is asked before each decoding step and, the shared prompt then encoded ``PREFILL_CHUNK`` tokens at a
         time, before each chunk: once true, what was sampled is returned, the unfinished samples' finish_reason
-        ``length``. A finished sample leaves the batch at once: each step costs only the rows still decoding. ``weights``
-        names the weights sampled from: states cached under other weights are never reused."""
+        ``length``. A finished sample leaves the batch at once: each step costs only the rows still decoding.
+        ``weights`` names the weights sampled from: states cached under other weights are never reused."""
         self.prefix_cache.use(weights)
         prompts = list(dict.fromkeys(r.prompt_ids for r in requests))
         rows = [
@@ -138,11 +140,11 @@ class Generator:
 
         Each prompt starts from the longest prefix of it whose states are cached; where the prefix every prompt shares
         is longer, it is encoded once (on top of the longest cached part of it) and copied to every prompt, in chunks
-        where ``should_stop`` is given (_Stopped once it is true). The rest is left-padded after it, the padding
-        masked out and skipped by the positions."""
+        where ``should_stop`` is given (_Stopped once it is true; a lone prompt is otherwise encoded in one pass). The
+        rest is left-padded after it, the padding masked out and skipped by the positions."""
         bases = [self.prefix_cache.longest(p, len(p) - 1) for p in prompts]
         shared = _common_prefix(prompts)
-        if shared > min(length for length, _ in bases):
+        if shared > min(length for length, _ in bases) and (len(prompts) > 1 or should_stop is not None):
             start, kv = max(((min(length, shared), kv) for length, kv in bases), key=lambda base: base[0])
             prefix = self._encode(prompts[0][:shared], (start, kv), should_stop)
             bases = [(length, kv) if length >= shared else (shared, prefix) for length, kv in bases]
@@ -208,14 +210,16 @@ class Generator:
         """The first of the row's stop strings in its text, decoding only the tail the newest token can have completed
         a stop string in (a character takes at most 4 byte tokens; the slack covers one re-decoded on the boundary)."""
         stops = row.request.stop
-        tail = self.tokenizer.decode(row.sample.token_ids[-4 * (max(len(s) for s in stops) + 4) :], skip_special_tokens=False)
+        window = 4 * (max(len(s) for s in stops) + 4)
+        tail = self.tokenizer.decode(row.sample.token_ids[-window:], skip_special_tokens=False)
         if not any(s and s in tail for s in stops):
             return None
         text = self._text(row.sample)
         return next((s for s in stops if s and s in text), None)
 
     def _text(self, sample: Sample) -> str:
-        return self.tokenizer.decode([t for t in sample.token_ids if t not in self.end_token_ids], skip_special_tokens=False)
+        ids = [t for t in sample.token_ids if t not in self.end_token_ids]
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
 
     def _samples(self, requests: list[SamplingRequest], rows: list[_Row]) -> list[list[Sample]]:
         """Each request's samples, their text decoded once (a stop string's cut was set when it was found)."""
