@@ -4,8 +4,8 @@ Every row of a batch may have its own prompt, temperature, ``top_p``, length, st
 encoded once however many rows share them (a group's ``n`` samples, or eight rollouts of one scenario), and the
 prefix every prompt shares (a system prompt and few-shot turns) once for the whole batch: on a CPU the prompt is
 most of the cost. What an earlier batch encoded (an agent's last turn) is not encoded again (prefix_cache.py), and
-a sample that finished leaves the batch. Returned logprobs are the model's own (temperature 1) log-probabilities of the sampled tokens,
-the quantity ART's loss compares the trained policy against, as vLLM reports them.
+a sample that finished leaves the batch. Returned logprobs are the model's own (temperature 1) log-probabilities of
+the sampled tokens, the quantity ART's loss compares the trained policy against, as vLLM reports them.
 """
 
 from __future__ import annotations
