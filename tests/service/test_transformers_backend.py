@@ -205,7 +205,8 @@ def test_a_stoppable_prompt_is_encoded_in_chunks_as_one_pass_would_and_a_stop_en
 
     tokenizer = load_tokenizer(tiny_lm)
     model = AutoModelForCausalLM.from_pretrained(str(tiny_lm)).eval()
-    generator = Generator(model, tokenizer, end_token_ids=chat.end_token_ids(tokenizer))
+    # no prefix cache: each call encodes the prompt from its first token
+    generator = Generator(model, tokenizer, end_token_ids=chat.end_token_ids(tokenizer), prefix_cache_bytes=0)
     request = SamplingRequest(prompt_ids=tuple(range(100, 100 + 2 * PREFILL_CHUNK + 7)), temperature=0, max_tokens=3)
     [[whole]] = generator.generate([request])
     [[chunked]] = generator.generate([request], should_stop=lambda: False)

@@ -83,6 +83,7 @@ class PolicyEngine:
             self.save_checkpoint()
         self.sampler = Generator(self.model, self.tokenizer, end_token_ids=chat.end_token_ids(self.tokenizer))
         self._loaded_steps: list[int] = []  # older adapters loaded beside "default", most recent last
+        self._version = 0  # bumped whenever the trained adapter's weights change: the sampler's cached states expire
 
     # -- checkpoints -------------------------------------------------------------------------
 
@@ -118,13 +119,14 @@ class PolicyEngine:
         if state.is_file():
             self.optimizer.load_state_dict(torch.load(state, map_location=self.device, weights_only=True))
         self.step = step
+        self._version += 1
 
     # -- sampling -----------------------------------------------------------------------------
 
     def generate(self, requests: list[SamplingRequest], step: int | None = None) -> list[list[Sample]]:
         """Samples from the current adapter, or from an older step's (loaded beside it)."""
         if step is None or step == self.step:
-            return self.sampler.generate(requests)
+            return self.sampler.generate(requests, weights=("default", self._version))
         name = f"step-{step}"
         if step not in self._loaded_steps:
             self.model.load_adapter(str(layout.checkpoint_dir(self.model_dir, step)), adapter_name=name)
@@ -133,7 +135,7 @@ class PolicyEngine:
                 self.model.delete_adapter(f"step-{self._loaded_steps.pop(0)}")
         self.model.set_adapter(name)
         try:
-            return self.sampler.generate(requests)
+            return self.sampler.generate(requests, weights=name)
         finally:
             self.model.set_adapter("default")
 
@@ -146,6 +148,7 @@ class PolicyEngine:
         metrics: dict[str, float] = {"trained_trajectories": float(len(results))}
         if results:
             packed = training.pack(results, seq_len=self.lora.seq_len)
+            self._version += 1
             metrics |= training.grpo_step(self.model, self.optimizer, packed, learning_rate=learning_rate, config=config,
                                           max_grad_norm=self.lora.max_grad_norm)  # fmt: skip
         self.step += 1
@@ -156,6 +159,7 @@ class PolicyEngine:
         rows = training.sft_rows(self.tokenizer, trajectories)
         if not rows:
             return {"loss": 0.0}
+        self._version += 1
         return training.sft_step(self.model, self.optimizer, rows, learning_rate=learning_rate, max_grad_norm=self.lora.max_grad_norm)
 
     def finish_sft(self) -> None:

@@ -3,20 +3,23 @@
 Every row of a batch may have its own prompt, temperature, ``top_p``, length, stop strings and seed. Prompts are
 encoded once however many rows share them (a group's ``n`` samples, or eight rollouts of one scenario), and the
 prefix every prompt shares (a system prompt and few-shot turns) once for the whole batch: on a CPU the prompt is
-most of the cost. Returned logprobs are the model's own (temperature 1) log-probabilities of the sampled tokens,
-the quantity ART's loss compares the trained policy against, as vLLM reports them.
+most of the cost. What an earlier batch encoded (an agent's last turn) is not encoded again (prefix_cache.py), and
+a sample that finished leaves the batch. Returned logprobs are the model's own (temperature 1) log-probabilities of
+the sampled tokens, the quantity ART's loss compares the trained policy against, as vLLM reports them.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
 
 from service.backends.openai_server import Sample
+from service.backends.transformers import batch_cache
+from service.backends.transformers.prefix_cache import KV, MAX_BYTES, PrefixCache
 
 
 PREFILL_CHUNK = 512  # prompt tokens encoded per forward pass where sampling may be stopped
@@ -56,10 +59,6 @@ def _common_prefix(prompts: list[tuple[int, ...]]) -> int:
     return length
 
 
-def _samples(requests: list[SamplingRequest], rows: list[_Row]) -> list[list[Sample]]:
-    return [[row.sample for row in rows if row.request is r] for r in requests]
-
-
 def _choose(logits: torch.Tensor, row: _Row) -> int:
     request = row.request
     if request.temperature == 0:
@@ -76,8 +75,10 @@ def _choose(logits: torch.Tensor, row: _Row) -> int:
 class Generator:
     """Samples completions from ``model`` (a causal LM, PEFT-wrapped or not) for token-id prompts."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: object, *, end_token_ids: set[int]) -> None:
+    def __init__(self, model: torch.nn.Module, tokenizer: object, *, end_token_ids: set[int],
+                 prefix_cache_bytes: int = MAX_BYTES) -> None:  # fmt: skip
         self.model, self.tokenizer, self.end_token_ids = model, tokenizer, end_token_ids
+        self.prefix_cache = PrefixCache(prefix_cache_bytes)  # 0: every prompt is encoded from its first token
 
     @property
     def device(self) -> torch.device:
@@ -85,12 +86,15 @@ class Generator:
 
     @torch.inference_mode()
     def generate(
-        self, requests: list[SamplingRequest], *, should_stop: Callable[[], bool] | None = None
-    ) -> list[list[Sample]]:
+        self, requests: list[SamplingRequest], *, should_stop: Callable[[], bool] | None = None,
+        weights: Hashable = None,
+    ) -> list[list[Sample]]:  # fmt: skip
         """One list of ``request.n`` samples per request, decoded together. ``should_stop`` (a client gone, a deadline
         passed) is asked before each decoding step and, the shared prompt then encoded ``PREFILL_CHUNK`` tokens at a
         time, before each chunk: once true, what was sampled is returned, the unfinished samples' finish_reason
-        ``length``."""
+        ``length``. A finished sample leaves the batch at once: each step costs only the rows still decoding.
+        ``weights`` names the weights sampled from: states cached under other weights are never reused."""
+        self.prefix_cache.use(weights)
         prompts = list(dict.fromkeys(r.prompt_ids for r in requests))
         rows = [
             _Row(
@@ -105,75 +109,121 @@ class Generator:
         try:
             cache, mask, logits = self._prefill(prompts, should_stop)
         except _Stopped:
-            return _samples(requests, rows)
+            return self._samples(requests, rows)
         index = torch.tensor([row.prompt for row in rows], device=self.device)
         cache.reorder_cache(index)
         mask, logits = mask[index], logits[index]
-        steps = max(r.max_tokens for r in requests)
-        for _ in range(steps):
+        live = rows  # the batch's rows, in the order of the cache's
+        for _ in range(max(r.max_tokens for r in requests)):
             if should_stop is not None and should_stop():
                 break
-            chosen = [self._emit(row, logits[i]) for i, row in enumerate(rows)]
-            if all(row.done for row in rows):
+            chosen = self._emit(live, logits)
+            keep = [i for i, row in enumerate(live) if not row.done]
+            if not keep:
                 break
+            if len(keep) < len(live):
+                self._remember(live, cache, mask, [i for i in range(len(live)) if live[i].done])
+                mask = batch_cache.select_rows(cache, mask, torch.tensor(keep, device=self.device))
+                live, chosen = [live[i] for i in keep], [chosen[i] for i in keep]
             tokens = torch.tensor(chosen, device=self.device).unsqueeze(1)
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             positions = mask.sum(dim=1, keepdim=True) - 1
             out = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True)
             logits = out.logits[:, -1, :].float()
-        return _samples(requests, rows)
+        self._remember(live, cache, mask, list(range(len(live))))
+        return self._samples(requests, rows)
 
     def _prefill(
         self, prompts: list[tuple[int, ...]], should_stop: Callable[[], bool] | None
     ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
         """The cache after every distinct prompt, its attention mask, and each prompt's next-token logits.
 
-        The shared prefix is encoded once and copied to every prompt, in chunks where ``should_stop`` is given (_Stopped
-        once it is true); the rest is left-padded after it, the padding masked out and skipped by the positions."""
-        device = self.device
-        cache = DynamicCache()
+        Each prompt starts from the longest prefix of it whose states are cached; where the prefix every prompt shares
+        is longer, it is encoded once (on top of the longest cached part of it) and copied to every prompt, in chunks
+        where ``should_stop`` is given (_Stopped once it is true; a lone prompt is otherwise encoded in one pass). The
+        rest is left-padded after it, the padding masked out and skipped by the positions."""
+        bases = [self.prefix_cache.longest(p, len(p) - 1) for p in prompts]
         shared = _common_prefix(prompts)
-        if shared:
-            chunk = PREFILL_CHUNK if should_stop is not None else shared
-            for start in range(0, shared, chunk):
-                if should_stop is not None and should_stop():
-                    raise _Stopped
-                prefix = torch.tensor([prompts[0][start : min(start + chunk, shared)]], device=device)
-                self.model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
-            cache.reorder_cache(torch.zeros(len(prompts), dtype=torch.long, device=device))
-        rests = [p[shared:] for p in prompts]
+        if shared > min(length for length, _ in bases) and (len(prompts) > 1 or should_stop is not None):
+            start, kv = max(((min(length, shared), kv) for length, kv in bases), key=lambda base: base[0])
+            prefix = self._encode(prompts[0][:shared], (start, kv), should_stop)
+            bases = [(length, kv) if length >= shared else (shared, prefix) for length, kv in bases]
+        cache, mask = batch_cache.left_padded(bases, self.device)
+        rests = [p[length:] for p, (length, _) in zip(prompts, bases)]
         width = max(len(r) for r in rests)
-        tokens = torch.tensor([[0] * (width - len(r)) + list(r) for r in rests], device=device)
-        rest_mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rests], device=device)
-        mask = torch.cat([torch.ones(len(prompts), shared, dtype=torch.long, device=device), rest_mask], dim=1)
-        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)[:, shared:]
+        tokens = torch.tensor([[0] * (width - len(r)) + list(r) for r in rests], device=self.device)
+        rest_mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rests], device=self.device)
+        mask = torch.cat([mask, rest_mask], dim=1)
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)[:, -width:]
         out = self.model(
             input_ids=tokens, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1
         )
         return cache, mask, out.logits[:, -1, :].float()
 
-    def _emit(self, row: _Row, logits: torch.Tensor) -> int:
-        """Sample the row's next token and record it; a finished row keeps decoding an ignored token."""
-        if row.done:
-            return next(iter(self.end_token_ids))
-        token = _choose(logits, row)
+    def _encode(self, ids: tuple[int, ...], base: tuple[int, KV | None], should_stop: Callable[[], bool] | None) -> KV:
+        """The states of ``ids``, encoded after ``base`` (the states of its first tokens), ``PREFILL_CHUNK`` tokens
+        at a time where ``should_stop`` is given."""
+        start, kv = base
+        cache = DynamicCache([(k[None, :, :start], v[None, :, :start]) for k, v in kv]) if start else DynamicCache()
+        chunk = PREFILL_CHUNK if should_stop is not None else len(ids)
+        for begin in range(start, len(ids), chunk):
+            if should_stop is not None and should_stop():
+                raise _Stopped
+            piece = torch.tensor([ids[begin : begin + chunk]], device=self.device)
+            self.model(input_ids=piece, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return [(layer.keys[0], layer.values[0]) for layer in cache.layers]
+
+    def _remember(self, rows: list[_Row], cache: DynamicCache, mask: torch.Tensor, which: list[int]) -> None:
+        """Keep the states of rows ``which`` (their prompt and the tokens fed after it) for prompts that extend them."""
+        if not self.prefix_cache.enabled:
+            return
+        for i in which:
+            kv = batch_cache.row_states(cache, mask, i)
+            prompt = rows[i].request.prompt_ids
+            fed = kv[0][0].shape[1] - len(prompt)
+            self.prefix_cache.put(prompt + tuple(rows[i].sample.token_ids[:fed]), kv)
+
+    def _emit(self, live: list[_Row], logits: torch.Tensor) -> list[int]:
+        """Sample each live row's next token from its own generator and record it with its logprob; the rows that
+        end (an end token, a stop string, ``max_tokens``) are marked done."""
         logprobs = torch.log_softmax(logits, dim=-1)
-        sample, request = row.sample, row.request
-        sample.token_ids.append(token)
-        sample.logprobs.append(float(logprobs[token]))
-        if request.top_logprobs:
-            values, ids = torch.topk(logprobs, request.top_logprobs)
-            sample.top_logprobs.append([(int(i), float(v)) for i, v in zip(ids, values)])
-        if token in self.end_token_ids:
-            sample.finish_reason, row.done = "stop", True
-        else:
-            sample.text = self.tokenizer.decode(
-                [t for t in sample.token_ids if t not in self.end_token_ids], skip_special_tokens=False
-            )
-            hit = next((s for s in request.stop if s and s in sample.text), None)
-            if hit is not None:
-                sample.text = sample.text[: sample.text.index(hit)]
+        chosen = [_choose(logits[i], row) for i, row in enumerate(live)]
+        picked = logprobs.gather(1, torch.tensor(chosen, device=logits.device).unsqueeze(1)).squeeze(1).tolist()
+        for i, (row, token) in enumerate(zip(live, chosen)):
+            sample, request = row.sample, row.request
+            sample.token_ids.append(token)
+            sample.logprobs.append(picked[i])
+            if request.top_logprobs:
+                values, ids = torch.topk(logprobs[i], request.top_logprobs)
+                sample.top_logprobs.append(list(zip(ids.tolist(), values.tolist())))
+            if token in self.end_token_ids:
+                sample.finish_reason, row.done = "stop", True
+            elif request.stop and (hit := self._stop_string(row)) is not None:
+                text = self._text(sample)
+                sample.text = text[: text.index(hit)]
                 sample.finish_reason, sample.stop_reason, row.done = "stop", hit, True
-        if len(sample.token_ids) >= request.max_tokens and not row.done:
-            row.done = True
-        return token
+            if len(sample.token_ids) >= request.max_tokens:
+                row.done = True
+        return chosen
+
+    def _stop_string(self, row: _Row) -> str | None:
+        """The first of the row's stop strings in its text, decoding only the tail the newest token can have completed
+        a stop string in (a character takes at most 4 byte tokens; the slack covers one re-decoded on the boundary)."""
+        stops = row.request.stop
+        window = 4 * (max(len(s) for s in stops) + 4)
+        tail = self.tokenizer.decode(row.sample.token_ids[-window:], skip_special_tokens=False)
+        if not any(s and s in tail for s in stops):
+            return None
+        text = self._text(row.sample)
+        return next((s for s in stops if s and s in text), None)
+
+    def _text(self, sample: Sample) -> str:
+        ids = [t for t in sample.token_ids if t not in self.end_token_ids]
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    def _samples(self, requests: list[SamplingRequest], rows: list[_Row]) -> list[list[Sample]]:
+        """Each request's samples, their text decoded once (a stop string's cut was set when it was found)."""
+        for row in rows:
+            if row.sample.stop_reason is None:
+                row.sample.text = self._text(row.sample)
+        return [[row.sample for row in rows if row.request is r] for r in requests]

@@ -1,0 +1,158 @@
+"""The transformers backend's batched sampler on the tiny Llama: a row decodes in a batch as it would alone, and a
+finished row is no longer fed through the model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+import torch
+
+from service.backends.transformers import chat
+from service.backends.transformers.generation import Generator, SamplingRequest
+
+
+@pytest.fixture(scope="module")
+def lm(tiny_lm):
+    from transformers import AutoModelForCausalLM
+
+    from service.backends.transformers.models import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_lm)
+    return AutoModelForCausalLM.from_pretrained(str(tiny_lm)).eval(), tokenizer
+
+
+def _generator(lm) -> Generator:
+    model, tokenizer = lm
+    return Generator(model, tokenizer, end_token_ids=chat.end_token_ids(tokenizer))
+
+
+@contextmanager
+def _fed(model: torch.nn.Module) -> Iterator[list[tuple[int, int]]]:
+    """(rows, tokens) of every forward pass of ``model`` inside the block."""
+    shapes: list[tuple[int, int]] = []
+    hook = model.register_forward_hook(lambda _, a, kw, o: shapes.append(kw["input_ids"].shape), with_kwargs=True)
+    try:
+        yield shapes
+    finally:
+        hook.remove()
+
+
+def _ragged(tokenizer) -> list[SamplingRequest]:
+    short = tuple(tokenizer.encode("Say one word."))
+    long = tuple(tokenizer.encode("Tell me a long story about a dragon, a knight and a very old castle by the sea."))
+    return [
+        SamplingRequest(prompt_ids=short, max_tokens=2, seed=3),
+        SamplingRequest(prompt_ids=long, n=2, max_tokens=40, seed=7, top_logprobs=2),
+        SamplingRequest(prompt_ids=short, max_tokens=9, seed=11, temperature=0.7, top_p=0.9, stop=("e",)),
+        SamplingRequest(prompt_ids=long[:4], max_tokens=25, temperature=0),
+    ]
+
+
+def test_each_row_of_a_batch_with_very_different_lengths_samples_what_it_would_alone(lm):
+    requests = _ragged(lm[1])
+    together = _generator(lm).generate(requests)
+    assert {2, 40} <= {len(s.token_ids) for samples in together for s in samples}
+    for request, samples in zip(requests, together):
+        [alone] = _generator(lm).generate([request])
+        for batched, single in zip(samples, alone):
+            assert batched.token_ids == single.token_ids and batched.text == single.text
+            assert (batched.finish_reason, batched.stop_reason) == (single.finish_reason, single.stop_reason)
+            assert batched.logprobs == pytest.approx(single.logprobs, abs=1e-5)
+            assert [[t for t, _ in top] for top in batched.top_logprobs] == [
+                [t for t, _ in top] for top in single.top_logprobs
+            ]
+
+
+def test_a_finished_row_is_no_longer_fed_through_the_model(lm):
+    model, tokenizer = lm
+    with _fed(model) as shapes:
+        samples = [s for group in _generator(lm).generate(_ragged(tokenizer)) for s in group]
+    shared, prefill, *steps = shapes
+    assert shared == (1, 1) and prefill[0] == 3  # the token every prompt starts with once, then the 3 prompts' rest
+    assert {tokens for _, tokens in steps} == {1}
+    rows = [rows for rows, _ in steps]
+    assert sum(rows) == sum(len(s.token_ids) - 1 for s in samples)  # each sampled token but a row's last fed once
+    assert rows == sorted(rows, reverse=True) and rows[0] == 5 and rows[-1] == 2  # shrinks to the two 40-token rows
+
+
+def _turns(tokenizer) -> list[tuple[int, ...]]:
+    """Three turns' new tokens: a question, then two tool answers."""
+    return [tuple(tokenizer.encode(text)) for text in (
+        "<|im_start|>user\nFind the email about the budget meeting.<|im_end|>\n<|im_start|>assistant\n",
+        "<|im_end|>\n<|im_start|>tool\n3 results: budget.eml, q3.eml, lunch.eml<|im_end|>\n<|im_start|>assistant\n",
+        "<|im_end|>\n<|im_start|>tool\nFrom: Ann. The meeting moved to Friday.<|im_end|>\n<|im_start|>assistant\n",
+    )]  # fmt: skip
+
+
+def test_a_turn_that_extends_the_last_gives_the_same_sample_encoding_only_its_new_tokens(lm):
+    model, tokenizer = lm
+    cached = _generator(lm)
+    fresh = Generator(model, tokenizer, end_token_ids=chat.end_token_ids(tokenizer), prefix_cache_bytes=0)
+    prompt: tuple[int, ...] = ()
+    for turn, new in enumerate(_turns(tokenizer)):
+        prompt += new
+        request = SamplingRequest(prompt_ids=prompt, n=2, max_tokens=6 + 3 * turn, seed=turn)
+        with _fed(model) as shapes:
+            with_cache = cached.generate([request])[0]
+        without = fresh.generate([request])[0]
+        for a, b in zip(with_cache, without):
+            assert a.token_ids == b.token_ids and a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+        known = 0 if turn == 0 else len(prompt) - len(new) - 1  # the last turn's reply but its last token, never fed
+        decoded = sum(len(s.token_ids) - 1 for s in with_cache)
+        assert sum(rows * tokens for rows, tokens in shapes) == len(prompt) - known + decoded
+        prompt += tuple(with_cache[0].token_ids)
+
+
+def test_states_computed_with_other_weights_are_never_reused(lm):
+    model, tokenizer = lm
+    generator = _generator(lm)
+    first = _turns(tokenizer)[0]
+    [[reply]] = generator.generate([SamplingRequest(prompt_ids=first, max_tokens=4, seed=1)], weights="step-1")
+    follow_up = first + tuple(reply.token_ids) + _turns(tokenizer)[1]
+    assert generator.prefix_cache.longest(follow_up, len(follow_up))[0] == len(first) + 3
+    with _fed(model) as shapes:
+        generator.generate([SamplingRequest(prompt_ids=follow_up, max_tokens=1)], weights="step-2")
+    assert sum(tokens for _, tokens in shapes) == len(follow_up)
+
+
+def test_the_engine_reuses_a_conversations_states_until_a_training_step_changes_the_weights(tiny_lm, tmp_path):
+    import art
+
+    from service.backends.transformers.engine import LoraSettings, PolicyEngine
+
+    engine = PolicyEngine(tmp_path / "model", tiny_lm, lora=LoraSettings(rank=8))
+    turns = _turns(engine.tokenizer)
+    [[reply]] = engine.generate([SamplingRequest(prompt_ids=turns[0], max_tokens=4, seed=1)])
+    follow_up = turns[0] + tuple(reply.token_ids) + turns[1]
+    with _fed(engine.model) as reused:
+        engine.generate([SamplingRequest(prompt_ids=follow_up, max_tokens=1)])
+    assert sum(tokens for _, tokens in reused) == len(turns[1]) + 1
+    messages = [{"role": "user", "content": "Find the budget email."}, {"role": "assistant", "content": "budget.eml"}]
+    engine.sft_step([art.Trajectory(messages_and_choices=messages, reward=0.0)], learning_rate=1e-3)
+    with _fed(engine.model) as after_training:
+        engine.generate([SamplingRequest(prompt_ids=follow_up + (42,), max_tokens=1)])
+    assert sum(tokens for _, tokens in after_training) == len(follow_up) + 1
+
+
+def test_the_prefix_cache_keeps_the_longest_entries_within_its_bound():
+    from service.backends.transformers.prefix_cache import PrefixCache
+
+    def states(length: int) -> list[tuple[torch.Tensor, torch.Tensor]]:  # 2 layers x 2 x 1 head x 4 dims x 4 bytes
+        return [(torch.full((1, length, 4), float(length)), torch.zeros(1, length, 4)) for _ in range(2)]
+
+    cache = PrefixCache(max_bytes=64 * 10)  # 10 tokens
+    cache.put((1, 2, 3), states(3))
+    cache.put((1, 2, 3, 4, 5), states(5))  # extends the first: replaces it
+    assert len(cache) == 1 and cache.nbytes == 64 * 5
+    length, kv = cache.longest((1, 2, 3, 9), limit=3)
+    assert length == 3 and kv[0][0].shape == (1, 5, 4)  # the longer entry, only its first 3 states are the prompt's
+    cache.put((7, 8, 9), states(3))
+    cache.longest((1, 2), limit=1)  # (1, 2, 3, 4, 5) used last: (7, 8, 9) goes first
+    cache.put((5, 6, 7), states(3))
+    assert len(cache) == 2 and cache.longest((7, 8, 9, 1), limit=3) == (0, None) and cache.nbytes == 64 * 8
+    cache.put(tuple(range(100, 111)), states(11))  # more than the whole bound: not kept, nothing evicted
+    assert len(cache) == 2 and cache.longest((5, 6, 7), limit=2)[0] == 2
+    cache.use("other weights")
+    assert len(cache) == 0 and cache.nbytes == 0
