@@ -38,7 +38,8 @@ from environments.math.env import MAX_TOKENS, MathEnvironment  # noqa: E402
 from environments.math.scorer import score  # noqa: E402
 from service.runner.seeding import batch_for_step  # noqa: E402
 
-ENV = {"HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+ENV = {"HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TQDM_DISABLE": "1",
+       "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
 # Both sides' torch threads wait asleep (the service's own default, service/cpu.py): beside other busy processes,
 # spinning waits made TRL's first step take 891 s on 2 cores (load average 7), which measures the neighbours, not TRL.
 WAIT_POLICY = {"OMP_WAIT_POLICY": "PASSIVE"}
@@ -177,7 +178,9 @@ def _accuracy(model: Any, tokenizer: Any, env: MathEnvironment, rows: list[dict]
     batch = tokenizer.apply_chat_template(prompts, add_generation_prompt=True, tokenize=True, return_dict=True,
                                           padding=True, return_tensors="pt")  # fmt: skip
     torch.manual_seed(seed)
-    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature else {"do_sample": False}
+    sampling = {"do_sample": False}
+    if temperature:
+        sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
     with torch.no_grad():
         out = model.generate(**batch, max_new_tokens=MAX_TOKENS, eos_token_id=end_ids, pad_token_id=end_ids[0], **sampling)
     replies = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
@@ -295,9 +298,9 @@ def main() -> None:
     print(f"\n{steps} steps, {val_examples} val problems, seed {args.seed}; {result['machine']}")
     print("| trainer | s/step (median, first left out) | val acc after | greedy after | wall time |")
     print("| --- | --- | --- | --- | --- |")
-    print(f"| artsvc | {service_s:.1f} | {sv['accuracy']:.3f} | {sv['greedy_accuracy']:.3f} | {service['wall_time_s']:.0f} s |")
-    print(f"| TRL GRPOTrainer {trl_side['versions']['trl']} | {trl_s:.1f} | {tv['accuracy']:.3f} | {tv['greedy_accuracy']:.3f} "
-          f"| {trl_side['wall_time_s']:.0f} s |")
+    for name, seconds, val, wall in (("artsvc", service_s, sv, service["wall_time_s"]),
+                                     (f"TRL GRPOTrainer {trl_side['versions']['trl']}", trl_s, tv, trl_side["wall_time_s"])):
+        print(f"| {name} | {seconds:.1f} | {val['accuracy']:.3f} | {val['greedy_accuracy']:.3f} | {wall:.0f} s |")
     print(f"service / TRL per step: {service_s / trl_s:.2f}x  (step 0, the service's baseline: "
           f"{service['validation_step0']['accuracy']:.3f}, greedy {service['validation_step0']['greedy_accuracy']:.3f})")
 
