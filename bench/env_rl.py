@@ -41,14 +41,16 @@ def cpu_model() -> str:
     return "".join(f", {part}" for part in (model, vector) if part)
 
 
-def train_and_read(env_name: str, seed: int, extra: list[str]) -> dict[str, Any]:
-    """Run the job in a fresh data dir; its command, wall time, peak RSS, summary, steps and validation points."""
+def train_and_read(env_name: str, seed: int, extra: list[str], *, python: str = sys.executable) -> dict[str, Any]:
+    """Run the job (by ``python``, a venv's interpreter) in a fresh data dir; its command, wall time, peak RSS,
+    summary, steps and validation points."""
     with tempfile.TemporaryDirectory(prefix="artsvc-bench-") as data_dir:
         env = {k: v for k, v in os.environ.items() if k != "ARTSVC_DATABASE_URL"}
         env["ARTSVC_DATA_DIR"] = data_dir
-        command = [sys.executable, "-m", "service", "train", "--env", env_name, "--seed", str(seed), "--json", *extra]
+        command = [python, "-m", "service", "train", "--env", env_name, "--seed", str(seed), "--json", *extra]
         started = time.monotonic()
-        completed = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True)  # progress shows on stderr
+        completed = subprocess.run(command, env=env, cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE,
+                                   text=True)  # progress shows on stderr; this checkout's code is what runs
         wall = time.monotonic() - started
         if completed.returncode != 0:
             sys.exit(f"training failed ({completed.returncode}); its error is above")
@@ -70,9 +72,10 @@ def train_and_read(env_name: str, seed: int, extra: list[str]) -> dict[str, Any]
             ]
             manifest = json.loads(db.execute("select manifest from jobs where id = ?", (summary["id"],)).fetchone()[0])
             steps = [
-                {"step": s, "reward_mean": r, "loss": loss, "wall_time_s": w}
-                for s, r, loss, w in db.execute(
-                    "select step, reward_mean, loss, wall_time_s from training_steps where job_id = ? order by step",
+                {"step": s, "reward_mean": r, "loss": loss, "wall_time_s": w,
+                 **{k: v for k, v in json.loads(m).items() if k in ("rollout_s", "train_s")}}  # fmt: skip
+                for s, r, loss, w, m in db.execute(
+                    "select step, reward_mean, loss, wall_time_s, metrics from training_steps where job_id = ? order by step",
                     (summary["id"],),
                 )
             ]
