@@ -119,7 +119,13 @@ class PolicyEngine:
         if state.is_file():
             self.optimizer.load_state_dict(torch.load(state, map_location=self.device, weights_only=True))
         self.step = step
+        self._weights_change()
+
+    def _weights_change(self) -> None:
+        """The adapter is about to change: cached states of its prompts expire, and are freed now, before a training
+        step needs the memory."""
         self._version += 1
+        self.sampler.prefix_cache.use(("default", self._version))
 
     # -- sampling -----------------------------------------------------------------------------
 
@@ -148,7 +154,7 @@ class PolicyEngine:
         metrics: dict[str, float] = {"trained_trajectories": float(len(results))}
         if results:
             packed = training.pack(results, seq_len=self.lora.seq_len)
-            self._version += 1
+            self._weights_change()
             metrics |= training.grpo_step(self.model, self.optimizer, packed, learning_rate=learning_rate, config=config,
                                           max_grad_norm=self.lora.max_grad_norm)  # fmt: skip
         self.step += 1
@@ -159,7 +165,7 @@ class PolicyEngine:
         rows = training.sft_rows(self.tokenizer, trajectories)
         if not rows:
             return {"loss": 0.0}
-        self._version += 1
+        self._weights_change()
         return training.sft_step(self.model, self.optimizer, rows, learning_rate=learning_rate, max_grad_norm=self.lora.max_grad_norm)
 
     def finish_sft(self) -> None:

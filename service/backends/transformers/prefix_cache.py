@@ -4,8 +4,9 @@ encoding the whole conversation again at every turn is most of a turn's cost (vL
 ART the same on a GPU).
 
 Entries are kept least recently used first and bounded in bytes: SmolLM2-135M's states take 30 layers x 2 (keys,
-values) x 3 key-value heads x 64 dims x 4 bytes = 45 KiB a token in float32, so ``MAX_BYTES`` holds about 23,000
-tokens of it, a few dozen email-agent conversations, beside a training step's 2 to 5 GiB. States are only valid for
+values) x 3 key-value heads x 64 dims x 4 bytes = 45 KiB a token in float32, so ``MAX_BYTES`` holds about 11,600
+tokens of it, eight email-agent conversations of 1,400 tokens; small beside sampling's own cache and the model, so the
+main job's peak stays under 3 GiB. The engine frees it when a training step begins. States are only valid for
 the weights that computed them: :meth:`PrefixCache.use` forgets them all when the weights change.
 """
 
@@ -16,7 +17,7 @@ from collections.abc import Hashable
 
 import torch
 
-MAX_BYTES = 1 << 30
+MAX_BYTES = 512 << 20
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # a layer's keys and values, each [heads, tokens, head_dim]
 
