@@ -13,9 +13,10 @@ pair of attention (QK^T and AV). A training row of n positions runs: the policy'
 (adapter off, no grad), the recomputed forward of gradient checkpointing (layers only, not the head), and the
 backward: activation gradients through the frozen base (2 x params per position, attention 2x its forward) plus the
 LoRA weights' gradients; no weight gradient of the base. The packed row's attention mask is dense, so all n^2 pairs
-count. Sampling: the prefill's positions against their keys, and each decode step's batch rows (finished rows still
-decode) against the cache. Memory traffic: the weights once per model call (float32) plus the K and V cache each
-decode step reads. Roofline time: FLOPs at the float32 GEMM rate (the backend's CPU precision today) plus bytes at
+count. Sampling: the prefill's positions against their keys, and each decode step's batch rows (the rows still decoding)
+against the cache. Memory traffic: the weights once per model call (float32) plus the K and V cache each
+decode step reads. Roofline time: FLOPs at the float32 GEMM rate (``ARTSVC_PRECISION``'s choice on CPUs
+without AMX or AVX512-BF16) plus bytes at
 the read bandwidth (the issue's sum; ``roofline_max_s`` takes the larger of the two per model call instead); the
 bf16 figure is the same FLOPs at the bf16 GEMM rate, the bytes halved. Not counted: the optimizer (LoRA's 5M
 parameters), embeddings, norms, softmax and other elementwise work; the training passes' memory traffic.
