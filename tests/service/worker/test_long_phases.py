@@ -28,7 +28,10 @@ from service.worker.runner import Worker
 from tests.databases import sqlite_only
 from tests.service.worker.conftest import TINY_JOB, history, load_job, submit
 
-CANCEL_WITHIN_S = 2.5  # a check every second at most, and the phase's work in flight dropped
+# A check every second at most, and the phase's work in flight dropped: about 2 s on a quiet machine. The bound only
+# tells "within seconds" from "when the phase ends" (a cancelled warm start ran on for 55.6 s before cancels reached
+# into it), with room for a loaded machine (3.9 s seen beside four busy processes).
+CANCEL_WITHIN_S = 10.0
 
 
 def cancel(engine, job_id: str) -> float:
