@@ -156,3 +156,12 @@ def test_the_prefix_cache_keeps_the_longest_entries_within_its_bound():
     assert len(cache) == 2 and cache.longest((5, 6, 7), limit=2)[0] == 2
     cache.use("other weights")
     assert len(cache) == 0 and cache.nbytes == 0
+
+
+def test_the_prefix_cache_keeps_at_most_max_entries_however_small():
+    from service.backends.transformers import prefix_cache
+
+    cache = prefix_cache.PrefixCache(max_bytes=1 << 30)
+    for first in range(prefix_cache.MAX_ENTRIES + 10):  # one-token entries: far under the byte bound
+        cache.put((first,), [(torch.zeros(1, 1, 4), torch.zeros(1, 1, 4))])
+    assert len(cache) == prefix_cache.MAX_ENTRIES and cache.longest((0, 5), limit=1) == (0, None)  # the oldest went

@@ -18,6 +18,9 @@ from collections.abc import Hashable
 import torch
 
 MAX_BYTES = 512 << 20
+# Entries at most: a lookup compares the prompt with each, so many tiny entries (a client's short prompts) would make
+# every request's lookup slow however few bytes they hold.
+MAX_ENTRIES = 256
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # a layer's keys and values, each [heads, tokens, head_dim]
 
@@ -87,6 +90,6 @@ class PrefixCache:
             self._bytes -= _nbytes(self._entries.pop(key))
         self._entries[ids] = kv
         self._bytes += size
-        while self._bytes > self.max_bytes:
+        while self._bytes > self.max_bytes or len(self._entries) > MAX_ENTRIES:
             _, evicted = self._entries.popitem(last=False)
             self._bytes -= _nbytes(evicted)
