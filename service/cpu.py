@@ -1,13 +1,19 @@
-"""How a training process shares the CPU: its torch threads wait for each other asleep, not spinning, and a worker
-under ``artsvc serve`` gives the API the CPU first.
+"""How a training process shares the CPU: how its torch threads wait for each other, and how a worker under
+``artsvc serve`` gives the API the CPU first.
 
-torch's OpenMP threads spin while they wait for each other at the end of every parallel region (libgomp's
-active wait). Where anything else runs beside them (the API answering requests, another worker, a browser), a
-spinning thread burns the core its partner needs. Measured on 2 cores with one busy process beside it: a loop of
-64×576 by 576×1536 products took 15.3 s on 2 threads and 2.4 s on 1; with passive waits, 3.0 s on 2. Alone on
-the machine, passive waits cost 3% (1.58 s against 1.53 s). Every
-training process therefore waits passively unless the operator set ``OMP_WAIT_POLICY`` (libgomp reads it once,
-when torch loads: call this first). It changes how threads wait, never what they compute.
+torch's OpenMP threads wait for each other at the end of every parallel region, and a decode step is hundreds of
+regions of a millisecond or less. libgomp lets a waiting thread spin or sleep (``bench/omp_wait.py``, a loop of
+64x576 by 576x1536 products, the decode step's shape; 2-core AMD EPYC with AVX512-BF16, bf16, medians of 3 rounds):
+
+- alone on the machine, threads that sleep at once (``OMP_WAIT_POLICY=PASSIVE``) ran it at 205 GFLOP/s on 163% CPU;
+  a bounded spin (``GOMP_SPINCOUNT=10000``: about 0.1 ms, then sleep) at 290 on 194%, 1.47x; spinning
+  without bound (``ACTIVE``) at 265;
+- beside one busy process, sleeping threads kept 183 GFLOP/s while either spin halved it (98 and 93).
+
+So ``artsvc train``, which has the machine to itself, spins briefly (``wait_briefly``); a supervised worker, which
+shares the cores with the API and other workers, sleeps (``wait_passively``). Either applies only where the operator
+set neither ``OMP_WAIT_POLICY`` nor ``GOMP_SPINCOUNT``, and must run before torch loads (libgomp reads them once).
+They change how threads wait, never what they compute.
 
 A supervised worker also lowers its priority (``yield_cpu``). A higher niceness only weights the shares, and the
 scheduler may let a running worker thread finish its time slice before the API, woken by a request, gets the core.
@@ -21,9 +27,23 @@ from __future__ import annotations
 
 import os
 
+WAIT_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+BRIEF_SPIN = "10000"  # spins of a waiting thread before it sleeps: about a tenth of a millisecond
+
+
+def _unless_set(name: str, value: str) -> None:
+    if not any(key in os.environ for key in WAIT_SETTINGS):
+        os.environ[name] = value
+
 
 def wait_passively() -> None:
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    """Waiting threads sleep at once: for a process that shares the cores."""
+    _unless_set("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def wait_briefly() -> None:
+    """Waiting threads spin briefly, then sleep: for a process that has the machine to itself."""
+    _unless_set("GOMP_SPINCOUNT", BRIEF_SPIN)
 
 
 def yield_cpu(*, policy: str, nice: int) -> None:

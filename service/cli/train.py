@@ -16,7 +16,7 @@ from sqlmodel import Session
 
 from service import submission
 from service.auth import LOCAL_PRINCIPAL
-from service.cpu import wait_passively
+from service.cpu import wait_briefly
 from service.settings import Settings, get_settings
 from service.spec import JobSpec
 from service.store import db as store_db
@@ -108,7 +108,7 @@ def train(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on the last line.")] = False,
 ) -> None:
     """Train a policy on an environment and stop on validation plateau, target or max steps."""
-    wait_passively()  # before torch loads
+    wait_briefly()  # before torch loads: this process has the machine to itself
     settings = get_settings()
     engine = _open_store(settings)
     with Session(engine, expire_on_commit=False) as session:

@@ -74,7 +74,8 @@ def test_a_finished_row_is_no_longer_fed_through_the_model(lm):
     assert {tokens for _, tokens in steps} == {1}
     rows = [rows for rows, _ in steps]
     assert sum(rows) == sum(len(s.token_ids) - 1 for s in samples)  # each sampled token but a row's last fed once
-    assert rows == sorted(rows, reverse=True) and rows[0] == 5 and rows[-1] == 2  # shrinks to the two 40-token rows
+    assert rows == [sum(len(s.token_ids) > k for s in samples) for k in range(1, len(rows) + 1)]  # only the unfinished
+    assert rows[-1] == 2 and [len(s.token_ids) for s in samples[1:3]] == [40, 40]  # down to the two 40-token rows
 
 
 def _turns(tokenizer) -> list[tuple[int, ...]]:
@@ -165,3 +166,46 @@ def test_the_prefix_cache_keeps_at_most_max_entries_however_small():
     for first in range(prefix_cache.MAX_ENTRIES + 10):  # one-token entries: far under the byte bound
         cache.put((first,), [(torch.zeros(1, 1, 4), torch.zeros(1, 1, 4))])
     assert len(cache) == prefix_cache.MAX_ENTRIES and cache.longest((0, 5), limit=1) == (0, None)  # the oldest went
+
+
+def _rows(count: int, *, temperature: float = 1.0, top_p: float = 1.0) -> list:
+    from service.backends.openai_server import Sample
+    from service.backends.transformers.generation import _Row
+
+    request = SamplingRequest(prompt_ids=(1,), temperature=temperature, top_p=top_p)
+    return [_Row(request, 0, torch.Generator().manual_seed(seed), Sample()) for seed in range(count)]
+
+
+def test_tokens_are_drawn_in_proportion_to_their_probabilities():
+    """Inverse-CDF draws, one uniform a row: over 4,000 rows each token's share is its softmax probability (within
+    5 standard errors), and a token of probability 0 is never drawn, at either end of the vocabulary."""
+    from service.backends.transformers.generation import _choose
+
+    probs = torch.tensor([0.0, 0.1, 0.0, 0.6, 0.3, 0.0])
+    logits = probs.log().expand(4000, -1).clone()
+    counts = torch.bincount(torch.tensor(_choose(logits, _rows(4000))), minlength=6).float() / 4000
+    assert counts[[0, 2, 5]].sum() == 0
+    assert torch.all((counts - probs).abs() <= 5 * (probs * (1 - probs) / 4000).sqrt() + 1e-9), counts
+
+
+def test_temperature_top_p_and_greedy_rows_are_chosen_side_by_side():
+    from service.backends.transformers.generation import _choose
+
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.0]).expand(3000, -1).clone()
+    nucleus = _choose(logits, _rows(3000, top_p=0.7))  # p = 0.61, 0.22, 0.14, 0.03: the top two hold 0.83
+    assert set(nucleus) == {0, 1}
+    greedy = _choose(logits[:5], _rows(5, temperature=0))
+    assert greedy == [0] * 5
+    hot, cold = (torch.bincount(torch.tensor(_choose(logits, _rows(3000, temperature=t))), minlength=4)
+                 for t in (3.0, 0.3))
+    assert hot[0] < 1500 < cold[0]  # p(0) is 0.42 at temperature 3, 0.96 at 0.3
+    mixed = _rows(2, temperature=0) + _rows(2)
+    assert _choose(logits[:4], mixed)[:2] == [0, 0]
+
+
+def test_a_rows_draw_depends_only_on_its_own_generator():
+    from service.backends.transformers.generation import _choose
+
+    logits = torch.randn(8, 50, generator=torch.Generator().manual_seed(3))
+    alone = [_choose(logits[i : i + 1], _rows(8)[i : i + 1])[0] for i in range(8)]
+    assert _choose(logits, _rows(8)) == alone

@@ -59,17 +59,35 @@ def _common_prefix(prompts: list[tuple[int, ...]]) -> int:
     return length
 
 
-def _choose(logits: torch.Tensor, row: _Row) -> int:
-    request = row.request
-    if request.temperature == 0:
-        return int(torch.argmax(logits))
-    probs = torch.softmax(logits.float() / request.temperature, dim=-1)
-    if request.top_p < 1.0:
-        ordered, order = torch.sort(probs, descending=True)
-        outside = torch.cumsum(ordered, dim=-1) - ordered > request.top_p
-        ordered[outside] = 0.0
-        probs = torch.zeros_like(probs).scatter_(0, order, ordered)
-    return int(torch.multinomial(probs, 1, generator=row.generator))
+def _choose(logits: torch.Tensor, rows: list[_Row]) -> list[int]:
+    """Each row's next token: its argmax where its temperature is 0, else a draw from softmax(logits / temperature),
+    nucleus-truncated where its ``top_p`` < 1, by inverse CDF with one uniform from the row's own generator.
+
+    One batched pass over the vocabulary: ``torch.multinomial`` draws an exponential for every vocabulary entry of
+    every row (49,152 a row for SmolLM2), which took a quarter of a sampling batch's time."""
+    chosen = logits.argmax(dim=-1)
+    drawn = [i for i, row in enumerate(rows) if row.request.temperature > 0]
+    if drawn:
+        index = torch.tensor(drawn, device=logits.device)
+        temperatures = torch.tensor([rows[i].request.temperature for i in drawn], device=logits.device)
+        probs = torch.softmax(logits[index] / temperatures.unsqueeze(1), dim=-1)
+        top_p = torch.tensor([rows[i].request.top_p for i in drawn], device=logits.device)
+        if bool((top_p < 1).any()):
+            probs = _nucleus(probs, top_p)
+        cdf = probs.cumsum(dim=-1)
+        uniforms = torch.cat([torch.rand(1, generator=rows[i].generator, device=logits.device) for i in drawn])
+        # right=True: the first token whose cumulative mass exceeds the draw, never one of probability 0
+        picks = torch.searchsorted(cdf, (uniforms * cdf[:, -1]).unsqueeze(1), right=True).squeeze(1)
+        chosen[index] = picks.clamp(max=logits.shape[-1] - 1)
+    return chosen.tolist()
+
+
+def _nucleus(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Each row's probabilities zeroed outside its smallest most-likely set of mass ``top_p`` (a row at 1 untouched)."""
+    ordered, order = torch.sort(probs, dim=-1, descending=True)
+    limit = torch.where(top_p < 1, top_p, torch.inf).unsqueeze(1)
+    ordered = ordered.masked_fill(torch.cumsum(ordered, dim=-1) - ordered > limit, 0.0)
+    return torch.zeros_like(probs).scatter_(1, order, ordered)
 
 
 class Generator:
@@ -187,7 +205,7 @@ class Generator:
         """Sample each live row's next token from its own generator and record it with its logprob; the rows that
         end (an end token, a stop string, ``max_tokens``) are marked done."""
         logprobs = torch.log_softmax(logits, dim=-1)
-        chosen = [_choose(logits[i], row) for i, row in enumerate(live)]
+        chosen = _choose(logits, live)
         picked = logprobs.gather(1, torch.tensor(chosen, device=logits.device).unsqueeze(1)).squeeze(1).tolist()
         for i, (row, token) in enumerate(zip(live, chosen)):
             sample, request = row.sample, row.request
