@@ -140,6 +140,13 @@ def measure_machine(threads: int = 2) -> dict[str, Any]:
 # ---------------------------------------------------------------- the child: the job, its work counted
 
 
+def _kept(logits_to_keep: Any, new: int) -> int:
+    """Positions a model call makes logits for: transformers' ``logits_to_keep``, a count or the positions' indices."""
+    if logits_to_keep is None or isinstance(logits_to_keep, int):
+        return logits_to_keep or new
+    return logits_to_keep.numel()
+
+
 class _Counter:
     def __init__(self) -> None:
         self.phase = "setup"
@@ -200,7 +207,7 @@ def child(out: Path, argv: list[str]) -> None:
             rows, new = ids.shape
             with c.lock:
                 c.calls.append({"phase": c.phase, "rows": rows, "new": new, "cached": cached,
-                                "logits": rows if kw.get("logits_to_keep") == 1 else rows * new,
+                                "logits": rows * _kept(kw.get("logits_to_keep"), new),
                                 "s": time.perf_counter() - started})  # fmt: skip
             return result
 

@@ -23,6 +23,10 @@ from service.backends.transformers.prefix_cache import KV, MAX_BYTES, PrefixCach
 
 
 PREFILL_CHUNK = 512  # prompt tokens encoded per forward pass where sampling may be stopped
+# The logits of each row's last position only. As a tensor, transformers gathers that position into a contiguous
+# [rows, 1, hidden]; ``logits_to_keep=1`` slices it as a strided view, and torch's matmul then multiplies it by a copy
+# of the head's weight made for every row (32 prompts: a 1.8 GB copy and 1.9 s, where the product takes milliseconds).
+LAST_POSITION = torch.tensor([-1])
 
 
 class _Stopped(Exception):
@@ -174,7 +178,8 @@ class Generator:
         mask = torch.cat([mask, rest_mask], dim=1)
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0)[:, -width:]
         out = self.model(
-            input_ids=tokens, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1
+            input_ids=tokens, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
+            logits_to_keep=LAST_POSITION,
         )
         return cache, mask, out.logits[:, -1, :].float()
 
@@ -188,7 +193,7 @@ class Generator:
             if should_stop is not None and should_stop():
                 raise _Stopped
             piece = torch.tensor([ids[begin : begin + chunk]], device=self.device)
-            self.model(input_ids=piece, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            self.model(input_ids=piece, past_key_values=cache, use_cache=True, logits_to_keep=LAST_POSITION)
         return [(layer.keys[0], layer.values[0]) for layer in cache.layers]
 
     def _remember(self, rows: list[_Row], cache: DynamicCache, mask: torch.Tensor, which: list[int]) -> None:
