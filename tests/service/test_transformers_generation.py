@@ -199,6 +199,8 @@ def test_temperature_top_p_and_greedy_rows_are_chosen_side_by_side():
     hot, cold = (torch.bincount(torch.tensor(_choose(logits, _rows(3000, temperature=t))), minlength=4)
                  for t in (3.0, 0.3))
     assert hot[0] < 1500 < cold[0]  # p(0) is 0.42 at temperature 3, 0.96 at 0.3
+    tiny = _choose(logits[:3], _rows(1, temperature=1e-45) + _rows(1, temperature=1e-50) + _rows(1, temperature=1e-8))
+    assert tiny == [0, 0, 0]  # a temperature too small for float32 is greedy, not NaN probabilities
     mixed = _rows(2, temperature=0) + _rows(2)
     assert _choose(logits[:4], mixed)[:2] == [0, 0]
 

@@ -74,7 +74,10 @@ def _choose(logits: torch.Tensor, rows: list[_Row]) -> list[int]:
     if drawn:
         index = torch.tensor(drawn, device=logits.device)
         temperatures = torch.tensor([rows[i].request.temperature for i in drawn], device=logits.device)
-        probs = torch.softmax(logits[index] / temperatures.unsqueeze(1), dim=-1)
+        # shifted to a maximum of 0 and the temperature kept above 0 in float32: a temperature of 1e-45 or 1e-50
+        # (a client may send any in (0, 2]) makes the best token certain instead of NaN probabilities
+        shifted = logits[index] - logits[index].amax(dim=-1, keepdim=True)
+        probs = torch.softmax(shifted / temperatures.clamp(min=torch.finfo(torch.float32).tiny).unsqueeze(1), dim=-1)
         top_p = torch.tensor([rows[i].request.top_p for i in drawn], device=logits.device)
         if bool((top_p < 1).any()):
             probs = _nucleus(probs, top_p)
