@@ -15,9 +15,8 @@ from art.preprocessing.tokenize import tokenize_trajectory_groups
 
 from environments.tools import INVALID_JSON, Tool, ToolArguments, ToolBox
 from service.backends import layout
-from service.backends.transformers import chat
 from service.backends.transformers.backend import TransformersBackend
-from service.backends.transformers import attention
+from service.backends.transformers import attention, chat, training
 from service.backends.transformers.engine import LoraSettings
 from service.training.diagnostics import typed_diagnostics
 
@@ -174,14 +173,7 @@ async def test_tools_are_rendered_by_the_template_and_calls_come_back_as_tool_ca
     assert "<tools>" in prompt and '"name": "lookup"' in prompt and prompt.endswith("<|im_start|>assistant\n")
     assert "<tools>" not in engine.tokenizer.decode(chat.render_prompt(engine.tokenizer, MESSAGES, None))
     call = '<tool_call>\n{"name": "lookup", "arguments": {"word": "cat"}}\n</tool_call>'
-    forced = engine.tokenizer.encode(call, add_special_tokens=False) + [engine.tokenizer.convert_tokens_to_ids("<|im_end|>")]
-
-    def scripted(requests, step=None):  # the random model cannot write a call: replay one through the real server
-        from service.backends.openai_server import Sample
-
-        return [[Sample(text=call, token_ids=forced, logprobs=[-1.0] * len(forced), finish_reason="stop")] for _ in requests]
-
-    monkeypatch.setattr(engine, "generate", scripted)
+    forced = _script_replies(monkeypatch, engine, [call])[0][0]
     response = await model.openai_client().chat.completions.create(
         model=model.get_inference_name(), messages=MESSAGES, tools=tools, max_tokens=40, logprobs=True
     )
@@ -195,6 +187,52 @@ async def test_tools_are_rendered_by_the_template_and_calls_come_back_as_tool_ca
     )
     results = list(tokenize_trajectory_groups(engine.tokenizer, [group], False, True, shuffle_group_trajectories=False))
     assert [t for t, m in zip(results[0].token_ids, results[0].assistant_mask) if m] == forced
+
+
+def _script_replies(monkeypatch, engine, replies: list[str]) -> tuple[list[list[int]], list[list[int]]]:
+    """The engine's sampler replaced by one that writes ``replies`` in turn (the random model cannot write a call),
+    so they go through the real server. Returns each reply's token ids (its end-of-turn token included) and a list
+    that gathers the prompt each was sampled from."""
+    from service.backends.openai_server import Sample
+
+    end = engine.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    ids = [engine.tokenizer.encode(reply, add_special_tokens=False) + [end] for reply in replies]
+    turns, prompts = iter(zip(replies, ids)), []
+
+    def scripted(requests, step=None):
+        text, tokens = next(turns)
+        prompts.extend(list(request.prompt_ids) for request in requests)
+        return [[Sample(text=text, token_ids=tokens, logprobs=[-1.0] * len(tokens), finish_reason="stop")] for _ in requests]
+
+    monkeypatch.setattr(engine, "generate", scripted)
+    return ids, prompts
+
+
+@pytest.mark.asyncio
+async def test_an_episodes_sampled_calls_stand_once_in_its_training_row_as_the_policy_wrote_them(trained, monkeypatch):
+    backend, model = trained
+    engine = backend._engine(model.name)
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+    calls = ['<tool_call>\n{"name": "lookup", "arguments": {"word": "cat"}}\n</tool_call>',
+             '<tool_call>\n{"name": "lookup", "arguments": {"word": "dog"}}\n</tool_call>']  # fmt: skip
+    sampled, prompts = _script_replies(monkeypatch, engine, calls)
+    history, messages = [*MESSAGES], [*MESSAGES]  # the trajectory's and what the client sends
+    for _ in calls:
+        response = await model.openai_client().chat.completions.create(
+            model=model.get_inference_name(), messages=messages, tools=tools, max_tokens=40, logprobs=True
+        )
+        choice = response.choices[0]
+        answer = {"role": "tool", "tool_call_id": choice.message.tool_calls[0].id, "content": "found"}
+        history += [choice, answer]
+        messages += [choice.message.model_dump(exclude_none=True), answer]
+    group = art.TrajectoryGroup([art.Trajectory(messages_and_choices=history[:-1], tools=tools, reward=r) for r in (0., 1.)])
+
+    row = training.tokenize_groups(engine.tokenizer, [group], scale_rewards=True)[0]
+    text = engine.tokenizer.decode(row.token_ids).split("<|im_start|>user", 1)[1]  # the conversation, after the tools
+    assert text.count("<tool_call>") == 2 and text.count('"cat"') == 1  # ART alone renders the first call twice
+    assert [t for t, m in zip(row.token_ids, row.assistant_mask) if m] == sampled[0] + sampled[1]
+    assert row.token_ids[: len(prompts[1])] == prompts[1]  # the second turn trains on the very prompt it was sampled from
+    assert history[2].message.tool_calls  # the episode's own messages keep their calls
 
 
 def test_a_stoppable_prompt_is_encoded_in_chunks_as_one_pass_would_and_a_stop_ends_it_between_chunks(tiny_lm):

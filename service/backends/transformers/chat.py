@@ -9,7 +9,9 @@ parser reads: the tools are listed in the system turn inside ``<tools></tools>``
     </tool_call>
 
 A ChatML template that renders no tools of its own (SmolLM2's) gets this convention added for requests that carry
-tools; without tools it renders exactly as before. A call whose JSON is broken is still returned as a tool call, its
+tools; without tools it renders exactly as before. As in Qwen2.5's template, a reply that is only calls renders as
+``<|im_start|>assistant\n<tool_call>...``: the text a policy writes for it, so the next turn's prompt holds the
+policy's earlier replies token for token, as its training row does. A call whose JSON is broken is still returned as a tool call, its
 arguments the raw text, so that the environment answers it as a tool error the policy can learn from, as a wrong
 argument would be.
 """
@@ -21,6 +23,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from art.types import Tools
+from pydantic import TypeAdapter
+
 _HERMES_CHATML = r"""{%- if messages[0].role == 'system' %}{{- '<|im_start|>system\n' + messages[0].content + '\n\n' }}
 {%- else %}{{- '<|im_start|>system\n' }}{%- endif %}
 {{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
@@ -28,7 +33,7 @@ _HERMES_CHATML = r"""{%- if messages[0].role == 'system' %}{{- '<|im_start|>syst
 {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
 {%- for message in messages %}
 {%- if message.role == 'system' and loop.first %}
-{%- elif message.role == 'assistant' %}{{- '<|im_start|>assistant\n' + (message.content or '') }}
+{%- elif message.role == 'assistant' %}{{- '<|im_start|>assistant' }}{%- if message.content %}{{- '\n' + message.content }}{%- endif %}
 {%- for tool_call in message.tool_calls or [] %}{%- set call = tool_call.function or tool_call %}
 {{- '\n<tool_call>\n{"name": "' + call.name + '", "arguments": ' }}
 {%- if call.arguments is string %}{{- call.arguments }}{%- else %}{{- call.arguments | tojson }}{%- endif %}
@@ -41,6 +46,7 @@ _HERMES_CHATML = r"""{%- if messages[0].role == 'system' %}{{- '<|im_start|>syst
 {%- endif %}{%- endfor %}
 {%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"""
 
+_TRAJECTORY_TOOLS = TypeAdapter(Tools)
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 _NAME = re.compile(r'"name"\s*:\s*"([^"\\]{0,64})"')
 
@@ -64,12 +70,46 @@ def renders_tools(tokenizer: Any) -> bool:
     return isinstance(tokenizer.chat_template, str) and "tools" in tokenizer.chat_template
 
 
+def tools_as_trained(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """``tools`` as an ``art.Trajectory`` holds them, which is how ART renders them into a training row: its
+    validation puts each tool's keys in the OpenAI type's order and drops keys that type lacks. A prompt sampled
+    from the tools as sent would list them otherwise, and the row would train on a system turn never sampled from.
+    Raises pydantic's ValidationError for tools that are not OpenAI tools."""
+    return _TRAJECTORY_TOOLS.validate_python(tools) if tools else None
+
+
 def render_prompt(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
     """The prompt's token ids, ending with the assistant turn's opening."""
     ids = tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True, tokenize=True)
     if hasattr(ids, "keys"):  # a BatchEncoding
         ids = ids["input_ids"]
     return list(ids)
+
+
+def reply_token_ids(tokenizer: Any, message: dict[str, Any], tools: list[dict[str, Any]] | None) -> list[int]:
+    """The tokens a policy writes for the assistant ``message``, its end-of-turn token included: its turn as the
+    template renders it, each call's arguments as :func:`parse_tool_calls` gives them back (``json.dumps``), so a
+    policy that learns to write them sees its calls in the next turn's prompt exactly as it wrote them."""
+    calls = [{**call, "function": {**call["function"], "arguments": _as_parsed(call["function"]["arguments"])}}
+             for call in message.get("tool_calls") or []]  # fmt: skip
+    opening = [{"role": "user", "content": "?"}]
+    prompt = render_prompt(tokenizer, opening, tools)
+    whole = tokenizer.apply_chat_template([*opening, {**message, "tool_calls": calls}], tools=tools or None, tokenize=True)
+    whole = list(whole["input_ids"] if hasattr(whole, "keys") else whole)
+    ends = end_token_ids(tokenizer)
+    reply = whole[len(prompt):]
+    if whole[: len(prompt)] != prompt or not any(token in ends for token in reply):
+        raise ValueError("this chat template does not render a reply as a continuation of its prompt")
+    return reply[: next(i for i, token in enumerate(reply) if token in ends) + 1]
+
+
+def _as_parsed(arguments: Any) -> str:
+    """A call's arguments as the JSON text a parsed reply carries; text that is not a JSON object stays as it is."""
+    try:
+        value = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        return arguments
+    return json.dumps(value) if isinstance(value, dict) else arguments
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,11 @@ class TemplateChat:
         if request.tools and not chat.renders_tools(tokenizer):
             raise ServingError(400, "this model's chat template renders no tools", "tools_not_supported")
         try:
-            prompt = self._render(tokenizer, request.messages, request.tools)
+            tools = chat.tools_as_trained(request.tools)
+        except ValueError as exc:  # pydantic's ValidationError
+            raise ServingError(400, f"invalid tools: {exc}"[:500], "invalid_request") from None
+        try:
+            prompt = self._render(tokenizer, request.messages, tools)
         except ControlTokenInText as exc:
             raise ServingError(400, f"invalid messages: {exc}", "invalid_request") from None
         except Exception as exc:  # a message the template cannot render (a missing field, a wrong type)

@@ -20,8 +20,11 @@ from art.loss import loss_fn
 from art.preprocessing.pack import PackedTensors, packed_tensors_from_tokenized_results
 from art.preprocessing.tokenize import TokenizedResult, tokenize_trajectory, tokenize_trajectory_groups
 from art.trajectories import History
+from openai.types.chat import ChatCompletionMessage, ChatCompletionTokenLogprob
+from openai.types.chat.chat_completion import Choice, ChoiceLogprobs
 
 from environments.prompts import is_example
+from service.backends.transformers import chat
 
 LOGPROB_CHUNK = 256  # positions whose vocabulary logits exist at once
 
@@ -63,9 +66,28 @@ def _backbone(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def tokenize_groups(tokenizer: Any, groups: list[art.TrajectoryGroup], *, scale_rewards: bool) -> list[TokenizedResult]:
+    groups = [art.TrajectoryGroup([_calls_written_once(t) for t in group]) for group in groups]
     return list(
         tokenize_trajectory_groups(tokenizer, groups, allow_training_without_logprobs=False, scale_rewards=scale_rewards)
     )
+
+
+def _calls_written_once(trajectory: art.Trajectory) -> art.Trajectory:
+    """``trajectory`` with its sampled replies' parsed tool calls dropped from their messages: a sampled reply's
+    tokens already hold its calls as it wrote them. ART's tokeniser renders the template's copy of the calls after
+    the reply's tokens for every reply but the last (the last it strips itself), so an episode's earlier calls
+    would stand in the row twice and every later turn would train on a context the policy never saw."""
+    histories = [History(messages_and_choices=_without_parsed_calls(h.messages_and_choices), tools=h.tools)
+                 for h in trajectory.additional_histories]  # fmt: skip
+    return trajectory.model_copy(update={
+        "messages_and_choices": _without_parsed_calls(trajectory.messages_and_choices),
+        "additional_histories": histories})  # fmt: skip
+
+
+def _without_parsed_calls(items: art.MessagesAndChoices) -> art.MessagesAndChoices:
+    return [item.model_copy(update={"message": item.message.model_copy(update={"tool_calls": None})})
+            if isinstance(item, Choice) and item.logprobs is not None and item.message.tool_calls else item
+            for item in items]  # fmt: skip
 
 
 def pack(results: list[TokenizedResult], *, seq_len: int) -> PackedTensors:
@@ -138,7 +160,7 @@ def sft_rows(tokenizer: Any, trajectories: list[art.Trajectory]) -> list[Tokeniz
     (part of the opening, not the policy's) are masked out again."""
     rows = []
     for trajectory in trajectories:
-        history = History(messages_and_choices=trajectory.messages_and_choices, tools=trajectory.tools)
+        history = History(messages_and_choices=_calls_as_written(tokenizer, trajectory), tools=trajectory.tools)
         row = tokenize_trajectory(tokenizer, None, history, 1.0, True, trajectory)
         if row is not None:
             examples = sum(1 for m in trajectory.messages_and_choices if isinstance(m, dict) and is_example(m)
@@ -146,6 +168,23 @@ def sft_rows(tokenizer: Any, trajectories: list[art.Trajectory]) -> list[Tokeniz
             row.assistant_mask = _without_first_spans(row.assistant_mask, examples)
             rows.append(row)
     return rows
+
+
+def _calls_as_written(tokenizer: Any, trajectory: art.Trajectory) -> art.MessagesAndChoices:
+    """The demonstration's messages, each reply that makes tool calls as a choice holding the tokens a policy writes
+    for it (``chat.reply_token_ids``). ART tokenises a reply message by encoding its content alone and refuses one
+    with calls; a choice's tokens it takes as they are."""
+    return [_written(tokenizer, item, trajectory.tools)
+            if isinstance(item, dict) and item.get("role") == "assistant" and item.get("tool_calls")
+            and not is_example(item) else item
+            for item in trajectory.messages_and_choices]  # fmt: skip
+
+
+def _written(tokenizer: Any, message: dict[str, Any], tools: Any) -> Choice:
+    tokens = [ChatCompletionTokenLogprob(token=f"token_id:{token}", logprob=math.nan, bytes=None, top_logprobs=[])
+              for token in chat.reply_token_ids(tokenizer, message, tools)]  # fmt: skip
+    return Choice(index=0, finish_reason="tool_calls", message=ChatCompletionMessage(role="assistant", content=None),
+                  logprobs=ChoiceLogprobs(content=tokens))  # fmt: skip
 
 
 def _without_first_spans(mask: list[int], count: int) -> list[int]:
@@ -177,7 +216,7 @@ def sft_step(
         target = torch.nn.functional.pad(torch.tensor([row.assistant_mask[1:]], device=device, dtype=torch.bool), (0, 1))
         loss = -(logprobs[target]).sum() / tokens_total
         loss.backward()
-        loss_sum += float(loss)
+        loss_sum += float(loss.detach())
     grad_norm = _step(model, optimizer, learning_rate, max_grad_norm)
     model.eval()
     return {"loss": loss_sum, "grad_norm": grad_norm, "trained_tokens": float(tokens_total)}
