@@ -71,3 +71,37 @@ def test_the_warm_start_makes_the_teachers_tool_calls_likelier(engine):
         curve.append(_demos_nll(engine, rows))
     # the random tiny model starts near ln(49,152) = 10.8 nats a token; each step lowers it (0.1 the first)
     assert all(later < earlier for earlier, later in zip(curve, curve[1:])) and curve[-1] < curve[0] - 0.15, curve
+
+
+def test_packed_demonstrations_hold_their_opening_once_and_score_as_each_would_alone(tiny_lm):
+    from transformers import AutoModelForCausalLM
+
+    from service.backends.transformers.models import load_tokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_lm), dtype=torch.float32).eval()  # float32: exact to 1e-5
+    tokenizer = load_tokenizer(tiny_lm)
+    chat.add_tool_support(tokenizer)
+    rows = training.sft_rows(tokenizer, _demos(6))
+    packed = training.pack_sft(rows)
+    assert int((packed["tokens"] != -100).sum()) < 0.7 * sum(len(r.token_ids) for r in rows)  # the opening once
+
+    alone, together = {}, {}
+    with torch.no_grad():
+        for row in rows:
+            tokens = torch.tensor([row.token_ids])
+            causal = torch.tril(torch.ones(tokens.shape[1], tokens.shape[1], dtype=torch.bool)).unsqueeze(0)
+            logprobs, _ = training.token_logprobs(model, tokens, causal, torch.arange(tokens.shape[1])[None])
+            mask = torch.tensor(row.assistant_mask, dtype=torch.bool)
+            alone[tuple(t for t, m in zip(row.token_ids, row.assistant_mask) if m)] = logprobs[0][:-1][mask[1:]].tolist()
+        for i in range(packed["tokens"].shape[0]):
+            inputs = {k: v[i : i + 1] for k, v in packed.items() if isinstance(v, torch.Tensor)}
+            mask = training.packed_attention_mask(inputs["group_ids"], inputs["parent_ids"])
+            logprobs, _ = training.token_logprobs(model, inputs["tokens"], mask, inputs["input_pos"])
+            for group in inputs["group_ids"][0].unique():  # one demonstration's own tokens (its opening is shared)
+                own = (inputs["group_ids"][0] == group) & inputs["assistant_mask"][0]
+                positions = own.nonzero().squeeze(1)
+                together[tuple(inputs["tokens"][0][positions].tolist())] = logprobs[0][positions - 1].tolist()
+    together.pop((), None)
+    assert together.keys() == alone.keys() and len(alone) == 6
+    for reply, values in alone.items():
+        assert together[reply] == pytest.approx(values, abs=1e-5)

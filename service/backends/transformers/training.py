@@ -11,6 +11,7 @@ logprobs, and the optimizer step. SFT rows come from the same tokeniser with ``a
 from __future__ import annotations
 
 import math
+from itertools import takewhile
 from typing import Any
 
 import art
@@ -27,6 +28,7 @@ from environments.prompts import is_example
 from service.backends.transformers import chat
 
 LOGPROB_CHUNK = 256  # positions whose vocabulary logits exist at once
+SFT_PACK_TOKENS = 2048  # a packed warm-start row; attention over a dense mask grows with its square
 
 
 def packed_attention_mask(group_ids: torch.Tensor, parent_ids: torch.Tensor) -> torch.Tensor:
@@ -187,6 +189,19 @@ def _written(tokenizer: Any, message: dict[str, Any], tools: Any) -> Choice:
                   logprobs=ChoiceLogprobs(content=tokens))  # fmt: skip
 
 
+def pack_sft(rows: list[TokenizedResult]) -> PackedTensors:
+    """The rows packed by ART's packing, their common opening (an email demonstration's system prompt and tools,
+    about half its tokens) held once a packed row and continued by each row's own tokens, as ART packs a group's
+    rollouts after their shared prompt. Marked as ART's ``tokenize_trajectory_groups`` marks a group: one token
+    short of the common prefix and of any trained token, so every continuation starts on a token it does not train
+    on. A packed row holds SFT_PACK_TOKENS, or the longest row where that is longer (a demonstration is never cut)."""
+    common = len(list(takewhile(lambda column: len(set(column)) == 1, zip(*(r.token_ids for r in rows)))))
+    first_trained = min((r.assistant_mask.index(1) for r in rows if 1 in r.assistant_mask), default=common)
+    for row in rows:
+        row.prompt_id, row.prompt_length = 0, max(min(common, first_trained) - 1, 0)
+    return pack(rows, seq_len=max(SFT_PACK_TOKENS, *(len(r.token_ids) for r in rows)))
+
+
 def _without_first_spans(mask: list[int], count: int) -> list[int]:
     """``mask`` with its first ``count`` runs of ones (one per assistant message, in order) set to zero."""
     out, seen, previous = list(mask), 0, 0
@@ -202,19 +217,20 @@ def _without_first_spans(mask: list[int], count: int) -> list[int]:
 def sft_step(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows: list[TokenizedResult], *, learning_rate: float, max_grad_norm: float
 ) -> dict[str, float]:
-    """One optimizer step of next-token loss on the rows' assistant tokens."""
+    """One optimizer step of next-token loss on the rows' assistant tokens, the rows packed with their common
+    opening once a packed row (``pack_sft``)."""
     device = next(model.parameters()).device
-    tokens_total = sum(sum(r.assistant_mask) for r in rows) or 1
+    packed = pack_sft(rows)
+    targets = torch.nn.functional.pad(packed["assistant_mask"][:, 1:], (0, 1))  # position t predicts token t + 1
+    tokens_total = int(targets.sum()) or 1
     optimizer.zero_grad(set_to_none=True)
     model.train()
     loss_sum = 0.0
-    for row in rows:
-        tokens = torch.tensor([row.token_ids], device=device)
-        causal = torch.tril(torch.ones(len(row.token_ids), len(row.token_ids), dtype=torch.bool, device=device)).unsqueeze(0)
-        positions = torch.arange(len(row.token_ids), device=device).unsqueeze(0)
-        logprobs, _ = token_logprobs(model, tokens, causal, positions)
-        target = torch.nn.functional.pad(torch.tensor([row.assistant_mask[1:]], device=device, dtype=torch.bool), (0, 1))
-        loss = -(logprobs[target]).sum() / tokens_total
+    for i in range(targets.shape[0]):
+        inputs = {k: v[i : i + 1].to(device) for k, v in packed.items() if isinstance(v, torch.Tensor)}
+        mask = packed_attention_mask(inputs["group_ids"], inputs["parent_ids"])
+        logprobs, _ = token_logprobs(model, inputs["tokens"], mask, inputs["input_pos"])
+        loss = -(logprobs[targets[i : i + 1].to(device)]).sum() / tokens_total
         loss.backward()
         loss_sum += float(loss.detach())
     grad_norm = _step(model, optimizer, learning_rate, max_grad_norm)
