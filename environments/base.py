@@ -52,7 +52,11 @@ class Environment(Protocol):
     # Optional (BaseEnvironment's defaults in brackets):
     warm_start_examples: int
     """How many demonstrations a policy trained from scratch (the embedded backend) gets as a warm
-    start unless the job says otherwise [0]. Pretrained models start from their opening instead."""
+    start unless the job says otherwise [0]."""
+    pretrained_warm_start_examples: int
+    """How many demonstrations a pretrained model (the transformers backend) gets before RL unless the
+    job says otherwise [0: it starts from its opening, a system prompt and few-shot turns]. Far fewer
+    than from scratch: the model has its language, and learns the environment's format and habits."""
     tools: Sequence[dict[str, Any]]
     """The OpenAI function tools its rollouts offer the policy [none]."""
     embedded_base_model: str | None
@@ -120,6 +124,7 @@ class BaseEnvironment:
     scorer_name: ClassVar[str]
     scorer_version: ClassVar[str] = "0.1.0"
     warm_start_examples: int = 0
+    pretrained_warm_start_examples: int = 0
     tools: Sequence[dict[str, Any]] = ()
     embedded_base_model: str | None = None
     recommended_base_model: str = DEFAULT_PRETRAINED_MODEL

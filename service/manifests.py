@@ -199,10 +199,12 @@ def recommended_base_model(env: Environment, backend: str) -> str | None:
 
 def warm_start_examples(spec: JobSpec, env: Environment) -> int:
     """Demonstrations the job's warm start uses: the job's number, else the environment's for a policy trained from
-    scratch (the embedded backend). A pretrained model starts from its opening (system prompt, few-shot turns)."""
+    scratch (the embedded backend) or for a pretrained model (the transformers backend); ART's GPU and serverless
+    backends get none unless the job asks."""
     if spec.training.warm_start_examples is not None:
         return spec.training.warm_start_examples
-    return env.warm_start_examples if spec.model.backend == "embedded" else 0
+    recommended = {"embedded": env.warm_start_examples, "transformers": env.pretrained_warm_start_examples}
+    return recommended.get(spec.model.backend, 0)
 
 
 def training_manifest(spec: JobSpec, env: Environment) -> dict[str, Any]:

@@ -100,3 +100,16 @@ def test_a_model_the_service_does_not_compute_shares_no_precision():
     assert manifests.differences(baseline, _trained("bfloat16")) == []
     assert manifests.differences(_trained(None, "local"), _trained("float32")) == []
     assert manifests.with_precision(baseline, None) == baseline
+
+
+def test_a_job_that_names_no_warm_start_gets_the_recommendation_for_its_kind_of_model():
+    class Taught(MathEnvironment):
+        warm_start_examples, pretrained_warm_start_examples = 5_000, 60
+
+    env = Taught()
+    for backend, expected in [("embedded", 5_000), ("transformers", 60), ("local", 0)]:
+        named = {"base_model": "Qwen/Qwen2.5-0.5B-Instruct"} if backend == "local" else {}  # required there
+        spec = JobSpec(environment="math", model={"backend": backend, **named})
+        assert manifests.warm_start_examples(spec, env) == expected, backend
+        asked = spec.model_copy(update={"training": spec.training.model_copy(update={"warm_start_examples": 7})})
+        assert manifests.warm_start_examples(asked, env) == 7

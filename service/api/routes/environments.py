@@ -46,6 +46,7 @@ def describe(name: str) -> EnvironmentPublic:
             arguments=environments.arguments_of(type(env)),
             tools=[tool["function"]["name"] for tool in env.tools],
             warm_start_examples=env.warm_start_examples,
+            pretrained_warm_start_examples=env.pretrained_warm_start_examples,
             **versions,
         )
     except Exception as exc:  # a broken plugin must not take the listing down

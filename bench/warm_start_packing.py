@@ -1,0 +1,89 @@
+"""Benchmark: one warm-start batch of the email agent's demonstrations on SmolLM2-135M-Instruct, each demonstration
+a row of its own (what the warm start did before) against the rows packed with their common opening once a packed
+row (``training.pack_sft``, what it does now): tokens through the model and seconds of forward + backward.
+
+    python bench/warm_start_packing.py [--demos 14] [--rounds 3]
+
+Prints the machine, then the median over rounds of each; writes ``bench/results/warm_start_packing.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import torch  # noqa: E402
+
+from environments.email.env import EmailEnvironment  # noqa: E402
+from roofline import cpu  # noqa: E402
+from service.backends.transformers import training  # noqa: E402
+from service.backends.transformers.engine import PolicyEngine  # noqa: E402
+from service.backends.transformers.models import resolve_base_model  # noqa: E402
+
+
+def forward_backward(engine: PolicyEngine, tokens: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
+                     trained: torch.Tensor) -> None:  # fmt: skip
+    logprobs, _ = training.token_logprobs(engine.model, tokens, mask, positions)
+    (-(logprobs[trained]).sum()).backward()
+
+
+def alone(engine: PolicyEngine, rows: list) -> int:
+    for row in rows:
+        n = len(row.token_ids)
+        causal = torch.tril(torch.ones(n, n, dtype=torch.bool)).unsqueeze(0)
+        trained = torch.nn.functional.pad(torch.tensor([row.assistant_mask[1:]], dtype=torch.bool), (0, 1))
+        forward_backward(engine, torch.tensor([row.token_ids]), causal, torch.arange(n)[None], trained)
+    return sum(len(row.token_ids) for row in rows)
+
+
+def packed(engine: PolicyEngine, rows: list) -> int:
+    tensors = training.pack_sft(rows)
+    trained = torch.nn.functional.pad(tensors["assistant_mask"][:, 1:], (0, 1))
+    for i in range(trained.shape[0]):
+        inputs = {k: v[i : i + 1] for k, v in tensors.items() if isinstance(v, torch.Tensor)}
+        mask = training.packed_attention_mask(inputs["group_ids"], inputs["parent_ids"])
+        forward_backward(engine, inputs["tokens"], mask, inputs["input_pos"], trained[i : i + 1])
+    return int((tensors["group_ids"] != -1).sum())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--demos", type=int, default=14, help="demonstrations in the batch (the warm start's ~14)")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    machine = cpu()
+    print(json.dumps(machine))
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = PolicyEngine(Path(tmp) / "model", resolve_base_model("SmolLM2-135M-Instruct", Path(tmp) / "cache"))
+        engine.model.train()
+        demos = list(EmailEnvironment().demonstrations(seed=0, count=args.demos))
+        rows = training.sft_rows(engine.tokenizer, demos)
+        seconds: dict[str, list[float]] = {"alone": [], "packed": []}
+        tokens: dict[str, int] = {}
+        for _ in range(args.rounds):
+            for name, run in (("alone", alone), ("packed", packed)):
+                started = time.perf_counter()
+                tokens[name] = run(engine, rows)
+                seconds[name].append(time.perf_counter() - started)
+                engine.model.zero_grad(set_to_none=True)
+    result = {"machine": machine, "precision": str(engine.dtype), "demos": args.demos, "tokens": tokens,
+              "seconds": seconds, "median_s": {k: statistics.median(v) for k, v in seconds.items()}}  # fmt: skip
+    result["speedup"] = result["median_s"]["alone"] / result["median_s"]["packed"]
+    print(json.dumps({k: result[k] for k in ("precision", "demos", "tokens", "median_s", "speedup")}))
+    out = ROOT / "bench" / "results" / "warm_start_packing.json"
+    out.write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
