@@ -71,10 +71,12 @@ class EnvironmentPublic(BaseModel):
     )
     tools: list[str] = Field(default_factory=list, description="Names of the tools its rollouts offer the policy.")
     warm_start_examples: int | None = Field(
-        None, description="Demonstrations a policy trained from scratch (the embedded backend) gets unless the job says otherwise."
+        None, description="Demonstrations a policy trained from scratch (the embedded backend) gets unless the job "
+        "says otherwise."
     )
     pretrained_warm_start_examples: int | None = Field(
-        None, description="Demonstrations a pretrained model (the transformers backend) gets unless the job says otherwise."
+        None, description="Demonstrations a pretrained model (the transformers backend) gets unless the job says "
+        "otherwise."
     )
     error: str | None = Field(None, description="Why the environment could not be loaded (the rest is then empty).")
 

@@ -13,8 +13,8 @@ from service import manifests
 from service.backends.transformers import models as transformers_models
 from service.spec import DEFAULT_BASE_MODEL
 
-OPTIONAL = ("warm_start_examples", "pretrained_warm_start_examples", "tools", "embedded_base_model", "recommended_base_model", "opening",
-            "demonstrations")  # fmt: skip
+OPTIONAL = ("warm_start_examples", "pretrained_warm_start_examples", "tools", "embedded_base_model",
+            "recommended_base_model", "opening", "demonstrations")  # fmt: skip
 
 
 class Minimal(BaseEnvironment):

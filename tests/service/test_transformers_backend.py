@@ -202,7 +202,8 @@ def _script_replies(monkeypatch, engine, replies: list[str]) -> tuple[list[list[
     def scripted(requests, step=None):
         text, tokens = next(turns)
         prompts.extend(list(request.prompt_ids) for request in requests)
-        return [[Sample(text=text, token_ids=tokens, logprobs=[-1.0] * len(tokens), finish_reason="stop")] for _ in requests]
+        sample = Sample(text=text, token_ids=tokens, logprobs=[-1.0] * len(tokens), finish_reason="stop")
+        return [[sample] for _ in requests]
 
     monkeypatch.setattr(engine, "generate", scripted)
     return ids, prompts
@@ -225,13 +226,14 @@ async def test_an_episodes_sampled_calls_stand_once_in_its_training_row_as_the_p
         answer = {"role": "tool", "tool_call_id": choice.message.tool_calls[0].id, "content": "found"}
         history += [choice, answer]
         messages += [choice.message.model_dump(exclude_none=True), answer]
-    group = art.TrajectoryGroup([art.Trajectory(messages_and_choices=history[:-1], tools=tools, reward=r) for r in (0., 1.)])
+    episodes = [art.Trajectory(messages_and_choices=history[:-1], tools=tools, reward=r) for r in (0.0, 1.0)]
+    group = art.TrajectoryGroup(episodes)
 
     row = training.tokenize_groups(engine.tokenizer, [group], scale_rewards=True)[0]
     text = engine.tokenizer.decode(row.token_ids).split("<|im_start|>user", 1)[1]  # the conversation, after the tools
     assert text.count("<tool_call>") == 2 and text.count('"cat"') == 1  # ART alone renders the first call twice
     assert [t for t, m in zip(row.token_ids, row.assistant_mask) if m] == sampled[0] + sampled[1]
-    assert row.token_ids[: len(prompts[1])] == prompts[1]  # the second turn trains on the very prompt it was sampled from
+    assert row.token_ids[: len(prompts[1])] == prompts[1]  # the second turn trains on the prompt it was sampled from
     assert history[2].message.tool_calls  # the episode's own messages keep their calls
 
 

@@ -85,7 +85,8 @@ def test_packed_demonstrations_hold_their_opening_once_and_score_as_each_would_a
     packed = training.pack_sft(rows)
     opening, packed_rows = rows[0].prompt_length, packed["tokens"].shape[0]
     assert opening > 300 and packed_rows < len(rows)  # the system prompt and tools, once a packed row
-    assert int((packed["group_ids"] != -1).sum()) == sum(len(r.token_ids) for r in rows) - (len(rows) - packed_rows) * opening
+    held = int((packed["group_ids"] != -1).sum())
+    assert held == sum(len(r.token_ids) for r in rows) - (len(rows) - packed_rows) * opening
 
     alone, together = {}, {}
     with torch.no_grad():
@@ -94,7 +95,8 @@ def test_packed_demonstrations_hold_their_opening_once_and_score_as_each_would_a
             causal = torch.tril(torch.ones(tokens.shape[1], tokens.shape[1], dtype=torch.bool)).unsqueeze(0)
             logprobs, _ = training.token_logprobs(model, tokens, causal, torch.arange(tokens.shape[1])[None])
             mask = torch.tensor(row.assistant_mask, dtype=torch.bool)
-            alone[tuple(t for t, m in zip(row.token_ids, row.assistant_mask) if m)] = logprobs[0][:-1][mask[1:]].tolist()
+            reply = tuple(t for t, m in zip(row.token_ids, row.assistant_mask) if m)
+            alone[reply] = logprobs[0][:-1][mask[1:]].tolist()
         for i in range(packed["tokens"].shape[0]):
             inputs = {k: v[i : i + 1] for k, v in packed.items() if isinstance(v, torch.Tensor)}
             mask = training.packed_attention_mask(inputs["group_ids"], inputs["parent_ids"])

@@ -11,9 +11,9 @@ parser reads: the tools are listed in the system turn inside ``<tools></tools>``
 A ChatML template that renders no tools of its own (SmolLM2's) gets this convention added for requests that carry
 tools; without tools it renders exactly as before. As in Qwen2.5's template, a reply that is only calls renders as
 ``<|im_start|>assistant\n<tool_call>...``: the text a policy writes for it, so the next turn's prompt holds the
-policy's earlier replies token for token, as its training row does. A call whose JSON is broken is still returned as a tool call, its
-arguments the raw text, so that the environment answers it as a tool error the policy can learn from, as a wrong
-argument would be.
+policy's earlier replies token for token, as its training row does. A call whose JSON is broken is still returned
+as a tool call, its arguments the raw text, so that the environment answers it as a tool error the policy can learn
+from, as a wrong argument would be.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ _HERMES_CHATML = r"""{%- if messages[0].role == 'system' %}{{- '<|im_start|>syst
 {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
 {%- for message in messages %}
 {%- if message.role == 'system' and loop.first %}
-{%- elif message.role == 'assistant' %}{{- '<|im_start|>assistant' }}{%- if message.content %}{{- '\n' + message.content }}{%- endif %}
+{%- elif message.role == 'assistant' %}{{- '<|im_start|>assistant' }}
+{%- if message.content %}{{- '\n' + message.content }}{%- endif %}
 {%- for tool_call in message.tool_calls or [] %}{%- set call = tool_call.function or tool_call %}
 {{- '\n<tool_call>\n{"name": "' + call.name + '", "arguments": ' }}
 {%- if call.arguments is string %}{{- call.arguments }}{%- else %}{{- call.arguments | tojson }}{%- endif %}
@@ -94,7 +95,8 @@ def reply_token_ids(tokenizer: Any, message: dict[str, Any], tools: list[dict[st
              for call in message.get("tool_calls") or []]  # fmt: skip
     opening = [{"role": "user", "content": "?"}]
     prompt = render_prompt(tokenizer, opening, tools)
-    whole = tokenizer.apply_chat_template([*opening, {**message, "tool_calls": calls}], tools=tools or None, tokenize=True)
+    conversation = [*opening, {**message, "tool_calls": calls}]
+    whole = tokenizer.apply_chat_template(conversation, tools=tools or None, tokenize=True)
     whole = list(whole["input_ids"] if hasattr(whole, "keys") else whole)
     ends = end_token_ids(tokenizer)
     reply = whole[len(prompt):]

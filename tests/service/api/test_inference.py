@@ -217,8 +217,8 @@ def test_requests_past_their_bounds_are_bad_requests_in_openais_envelope(live_se
         with pytest.raises(openai.BadRequestError) as refused:
             api.chat.completions.create(**arguments)
         body = refused.value.body
-        assert body["message"].startswith(("invalid request:", "invalid messages:", "invalid tools:", "the prompt is")), (
-            extra, body)
+        refusals = ("invalid request:", "invalid messages:", "invalid tools:", "the prompt is")
+        assert body["message"].startswith(refusals), (extra, body)
 
     raw = httpx.post(f"{live_server}/v1/chat/completions", content=b"{not json",
                      headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})  # fmt: skip
