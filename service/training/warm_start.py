@@ -22,7 +22,11 @@ from service.training.run import Run
 from service.training.schedule import cosine_schedule
 
 WARM_START_STATE_KEY = "artsvc_warm_start"
-WARM_START_TURNS_PER_BATCH = 64
+WARM_START_TURNS_PER_BATCH = 64  # a policy trained from scratch (the embedded backend)
+# A pretrained model warm-starts on a few dozen demonstrations, not thousands: it needs optimizer steps more than
+# replies per step. 60 email demonstrations at 64 replies a step (5 steps) left SmolLM2-135M writing prose; at 8
+# (30 steps, the same 8 minutes) it called a tool in 52 of its 57 validation turns (README Results, issue 32).
+PRETRAINED_TURNS_PER_BATCH = 8
 SIZING_SAMPLE = 256  # demonstrations read first to size the batches
 
 
@@ -40,8 +44,8 @@ class Demonstrations:
         return iter(self.env.demonstrations(seed=self.seed, count=self.count))
 
 
-def warm_start_batch_size(demos: Sequence[art.Trajectory]) -> int:
-    """Demonstrations per optimizer step, so that each step sees about WARM_START_TURNS_PER_BATCH replies.
+def warm_start_batch_size(demos: Sequence[art.Trajectory], turns_per_batch: int = WARM_START_TURNS_PER_BATCH) -> int:
+    """Demonstrations per optimizer step, so that each step sees about ``turns_per_batch`` replies.
 
     A math demonstration is one reply and a 2048 game about fifty: batching whole trajectories
     by a fixed count would give a game-playing warm start fifty times fewer optimizer steps.
@@ -53,7 +57,7 @@ def warm_start_batch_size(demos: Sequence[art.Trajectory]) -> int:
         for item in demo.messages_and_choices
         if not (isinstance(item, dict) and is_example(item))
     )
-    return max(1, round(WARM_START_TURNS_PER_BATCH * len(demos) / max(1, turns)))
+    return max(1, round(turns_per_batch * len(demos) / max(1, turns)))
 
 
 async def warm_start(run: Run) -> None:
@@ -64,18 +68,19 @@ async def warm_start(run: Run) -> None:
     if (run.model.read_state() or {}).get(WARM_START_STATE_KEY) or count == 0:
         return
     demos = Demonstrations(run.env, run.spec.seed, count)
-    if (batch_size := _sized_on_a_sample(demos)) is None:
+    turns_per_batch = WARM_START_TURNS_PER_BATCH if run.spec.model.backend == "embedded" else PRETRAINED_TURNS_PER_BATCH
+    if (batch_size := _sized_on_a_sample(demos, turns_per_batch)) is None:
         return
     started = time.monotonic()
     await run.check_stop.guard(_train(run, demos, batch_size=batch_size, batches=-(-count // batch_size)))
     run.model.merge_state({WARM_START_STATE_KEY: {"examples": count, "seconds": time.monotonic() - started}})
 
 
-def _sized_on_a_sample(demos: Demonstrations) -> int | None:
+def _sized_on_a_sample(demos: Demonstrations, turns_per_batch: int) -> int | None:
     """The batch size ``warm_start_batch_size`` gives the first SIZING_SAMPLE demonstrations (none kept); None when
     the environment has none."""
     sample = list(islice(demos, SIZING_SAMPLE))
-    return warm_start_batch_size(sample) if sample else None
+    return warm_start_batch_size(sample, turns_per_batch) if sample else None
 
 
 async def _train(run: Run, demos: Demonstrations, *, batch_size: int, batches: int) -> None:

@@ -14,7 +14,7 @@ from service.store import runs
 from service.store.events import events_after
 from service.store.tables import JobStatus, SampledTrajectory, StopReason, TrainingStep
 from service.training.loop import run_job
-from service.training.warm_start import WARM_START_TURNS_PER_BATCH, warm_start_batch_size
+from service.training.warm_start import PRETRAINED_TURNS_PER_BATCH, WARM_START_TURNS_PER_BATCH, warm_start_batch_size
 
 TINY_RUN = {
     "environment": "math",
@@ -193,6 +193,7 @@ async def test_should_stop_interrupts_without_recording_and_the_job_resumes(tmp_
 def test_the_openings_few_shot_turns_are_not_counted_as_demonstrated_replies():
     demos = list(MathEnvironment().demonstrations(seed=0, count=640))  # each: two example replies, then its own
     assert warm_start_batch_size(demos) == WARM_START_TURNS_PER_BATCH
+    assert warm_start_batch_size(demos, PRETRAINED_TURNS_PER_BATCH) == PRETRAINED_TURNS_PER_BATCH
 
 
 @pytest.mark.asyncio
