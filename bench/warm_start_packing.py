@@ -1,6 +1,7 @@
 """Benchmark: one warm-start batch of the email agent's demonstrations on SmolLM2-135M-Instruct, each demonstration
 a row of its own (what the warm start did before) against the rows packed with their common opening once a packed
-row (``training.pack_sft``, what it does now): tokens through the model and seconds of forward + backward.
+row (``training.pack_sft``, what it does now): tokens through the model and seconds of forward + backward, the
+vocabulary head run at the trained positions only (``training.trained_logprobs``), as the warm start runs it.
 
     python bench/warm_start_packing.py [--demos 14] [--rounds 3]
 
@@ -34,8 +35,7 @@ from service.backends.transformers.models import resolve_base_model  # noqa: E40
 
 def forward_backward(engine: PolicyEngine, tokens: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
                      trained: torch.Tensor) -> None:  # fmt: skip
-    logprobs, _ = training.token_logprobs(engine.model, tokens, mask, positions)
-    (-(logprobs[trained]).sum()).backward()
+    (-training.trained_logprobs(engine.model, tokens, mask, positions, trained).sum()).backward()
 
 
 def alone(engine: PolicyEngine, rows: list) -> int:
