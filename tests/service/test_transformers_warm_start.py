@@ -104,6 +104,8 @@ def test_packed_demonstrations_hold_their_opening_once_and_score_as_each_would_a
             trained = torch.nn.functional.pad(inputs["assistant_mask"][:, 1:], (0, 1))
             only = training.trained_logprobs(model, inputs["tokens"], mask, inputs["input_pos"], trained)
             assert only.tolist() == pytest.approx(logprobs[trained].tolist(), abs=1e-5)  # the head where it is read
+            none = training.trained_logprobs(model, inputs["tokens"], mask, inputs["input_pos"], trained & False)
+            assert none.shape == (0,)  # a row with nothing to train gives nothing, not an error
             for group in inputs["group_ids"][0].unique():  # one demonstration's own tokens (its opening is shared)
                 own = (inputs["group_ids"][0] == group) & inputs["assistant_mask"][0]
                 positions = own.nonzero().squeeze(1)

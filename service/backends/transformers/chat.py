@@ -81,10 +81,14 @@ def tools_as_trained(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]
 
 def render_prompt(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
     """The prompt's token ids, ending with the assistant turn's opening."""
-    ids = tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True, tokenize=True)
-    if hasattr(ids, "keys"):  # a BatchEncoding
-        ids = ids["input_ids"]
-    return list(ids)
+    return _rendered_ids(tokenizer, messages, tools, add_generation_prompt=True)
+
+
+def _rendered_ids(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *,
+                  add_generation_prompt: bool) -> list[int]:  # fmt: skip
+    ids = tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=add_generation_prompt,
+                                        tokenize=True)  # fmt: skip
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)  # a BatchEncoding, or the ids
 
 
 def reply_token_ids(tokenizer: Any, message: dict[str, Any], tools: list[dict[str, Any]] | None) -> list[int]:
@@ -96,8 +100,7 @@ def reply_token_ids(tokenizer: Any, message: dict[str, Any], tools: list[dict[st
     opening = [{"role": "user", "content": "?"}]
     prompt = render_prompt(tokenizer, opening, tools)
     conversation = [*opening, {**message, "tool_calls": calls}]
-    whole = tokenizer.apply_chat_template(conversation, tools=tools or None, tokenize=True)
-    whole = list(whole["input_ids"] if hasattr(whole, "keys") else whole)
+    whole = _rendered_ids(tokenizer, conversation, tools, add_generation_prompt=False)
     ends = end_token_ids(tokenizer)
     reply = whole[len(prompt):]
     if whole[: len(prompt)] != prompt or not any(token in ends for token in reply):

@@ -84,6 +84,8 @@ def _head_logprobs(
         logprobs.append(log_softmax.gather(-1, targets[start : start + LOGPROB_CHUNK].unsqueeze(-1)).squeeze(-1))
         if entropy:
             entropies.append(-(log_softmax.exp() * log_softmax).sum(-1).detach())
+    if not logprobs:  # no positions
+        return hidden.new_zeros(0, dtype=torch.float32), hidden.new_zeros(0, dtype=torch.float32)
     return torch.cat(logprobs), torch.cat(entropies) if entropy else torch.empty(0)
 
 
