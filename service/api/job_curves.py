@@ -17,7 +17,7 @@ ALERT_PAGE = 500
 def job_curves(session: Session, *, job: Job) -> bytes:
     """``job``'s curves from the store, read through the API's own schemas so every caller draws the same."""
     steps = [StepPublic.model_validate(row).model_dump(mode="json") for row in runs.steps(session, job_id=job.id)]
-    points = runs.validation_points(session, job_id=job.id)
+    points = runs.validation_points(session, job_id=job.id, with_base=True)
     validation = [ValidationPublic.model_validate(row).model_dump(mode="json") for row in points]
     alerts, cursor = [], None
     while True:

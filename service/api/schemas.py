@@ -33,7 +33,10 @@ class JobPublic(PublicModel):
     environment: str
     spec: dict[str, Any] = Field(description="The JobSpec as submitted, with every default filled in.")
     step: int = Field(description="The last training step recorded.")
-    step0_val_accuracy: float | None = Field(description="Validation accuracy before training (the baseline).")
+    base_val_accuracy: float | None = Field(
+        None, description="The base model's validation accuracy before the warm start (a job with one)."
+    )
+    step0_val_accuracy: float | None = Field(description="Validation accuracy before RL, after any warm start.")
     best_val_accuracy: float | None
     best_step: int | None
     stop_reason: StopReason | None

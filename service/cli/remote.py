@@ -125,8 +125,10 @@ class WatchDisplay:
     def summary(self, job: dict[str, Any]) -> None:
         colour = "green" if job["status"] == "succeeded" else "red"
         status = f"[{colour}]{job['status']}[/{colour}] (stop: {job['stop_reason']})"
+        base = job.get("base_val_accuracy")
+        warm_start = f"base model {_number(base)} before the warm start, " if base is not None else ""
         console.print(
-            f"job {job['id']} {status} after {job['step']} steps; "
+            f"job {job['id']} {status} after {job['step']} steps; {warm_start}"
             f"val accuracy {_number(job['step0_val_accuracy'])} at step 0, best {_number(job['best_val_accuracy'])} "
             f"at step {job['best_step']}" + (f"; error: {_text(job['error'])}" if job.get("error") else ""),
             soft_wrap=True,

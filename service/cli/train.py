@@ -21,12 +21,12 @@ from service.settings import Settings, get_settings
 from service.spec import JobSpec
 from service.store import db as store_db
 from service.store import runs
-from service.store.tables import Job, JobStatus
+from service.store.tables import BASE_STEP, Job, JobStatus
 
 from service.cli.app import app, console, fail
 
 JOB_FIELDS = (
-    "id", "status", "environment", "step", "step0_val_accuracy", "best_val_accuracy", "best_step",
+    "id", "status", "environment", "step", "base_val_accuracy", "step0_val_accuracy", "best_val_accuracy", "best_step",
     "stop_reason", "error", "created_at", "started_at", "finished_at",
 )  # fmt: skip
 
@@ -39,6 +39,11 @@ def job_summary(job: Job, *, database_url: str) -> dict[str, Any]:
         summary["wall_time_s"] = round((job.finished_at - job.started_at).total_seconds(), 1)
     summary["database_url"] = database_url
     return summary
+
+
+def _val_text(point: dict[str, Any]) -> str:
+    greedy = f" (greedy {point['greedy_accuracy']:.3f})" if point.get("greedy_accuracy") is not None else ""
+    return f"val {point['accuracy']:.3f}{greedy}"
 
 
 class TrainingDisplay:
@@ -61,9 +66,10 @@ class TrainingDisplay:
         elif kind == "step":
             info = f"reward {data['reward_mean']:.3f}  {self.last_val}"
             self.progress.update(self.train, completed=data["step"], info=info)
+        elif kind == "validation" and data["step"] == BASE_STEP:
+            self.progress.console.print(f"base model, before the warm start: {_val_text(data)}")
         elif kind == "validation":
-            greedy = f" (greedy {data['greedy_accuracy']:.3f})" if data.get("greedy_accuracy") is not None else ""
-            self.last_val = f"val {data['accuracy']:.3f}{greedy} @ {data['step']}"
+            self.last_val = f"{_val_text(data)} @ {data['step']}"
             self.progress.update(self.train, completed=data["step"], info=self.last_val)
         elif kind == "judge_outage":
             self.progress.console.print(f"step {data['step']}: the judge scored no group, trying the step again: {data['failures'][:1]}")
@@ -207,6 +213,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
         ("job", summary["id"]),
         ("status", summary["status"]),
         ("stop reason", summary["stop_reason"]),
+        *([("base val accuracy (before warm start)", summary["base_val_accuracy"])]
+          if summary["base_val_accuracy"] is not None else []),
         ("step-0 val accuracy", summary["step0_val_accuracy"]),
         ("best val accuracy", summary["best_val_accuracy"]),
         ("best step", summary["best_step"]),

@@ -37,8 +37,8 @@ def finish(
 ) -> Job:
     """Record how the job ended, in one fenced transaction (LeaseLost, writing nothing, if another process holds it):
     its status and stop reason, the best validation point (the ``decision``'s, else the best recorded: a failed run
-    still reports it; an evaluation has none) and the step-0 accuracy, and an evaluation's ``measured`` summary and
-    per-example rows."""
+    still reports it; an evaluation has none), the step-0 accuracy and the base model's before its warm start, and an
+    evaluation's ``measured`` summary and per-example rows."""
     with fenced(db, hooks, job_id) as session:
         job = runs.get_job(session, job_id=job_id)
         if measured is not None:
@@ -46,6 +46,7 @@ def finish(
             runs.record_example_results(session, job=job, step=0, rows=rows)
             job.summary = summary
         points = runs.validation_points(session, job_id=job_id)
+        base = runs.base_point(session, job_id=job_id)
         best = decision if decision is not None and decision.best_step is not None else None
         if best is None and points:
             best_point = max(points, key=lambda p: (p.accuracy, -p.step))
@@ -58,6 +59,7 @@ def finish(
             best_step=best.best_step if best else None,
             best_val_accuracy=best.best_accuracy if best else None,
             step0_val_accuracy=next((p.accuracy for p in points if p.step == 0), None),
+            base_val_accuracy=base.accuracy if base is not None else None,
             error=error,
         )
     return job

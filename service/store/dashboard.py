@@ -23,7 +23,7 @@ def series_by_job(session: Session, *, job_ids: list[str]) -> dict[str, dict[str
         ("reward_mean", TrainingStep, TrainingStep.reward_mean),
     )
     for name, table, value in columns:
-        query = select(table.job_id, table.step, value).where(col(table.job_id).in_(job_ids))
+        query = select(table.job_id, table.step, value).where(col(table.job_id).in_(job_ids), col(table.step) >= 0)
         rows: dict[str, Series] = defaultdict(list)
         for job_id, step, number in session.exec(query.order_by(col(table.job_id), col(table.step))):
             rows[job_id].append((step, float(number)))

@@ -20,6 +20,7 @@ from service.store.events import append_event
 from service.store.progress import Progress, advance
 from service.store.records import JudgeAccount, StepCost, StepCreate, StepJudge, ValidationCreate
 from service.store.tables import (
+    BASE_STEP,
     LOCAL_OWNER,
     Alert,
     ExampleResult,
@@ -35,6 +36,7 @@ from service.store.tables import (
 )
 
 STEP_EVENT_KINDS = ("step", "validation", "alert")  # events that belong to a step and go when it is rolled back
+POLICY_POINT = col(ValidationPoint.step) >= 0  # the policy's series: every point but the base model's (BASE_STEP)
 
 
 def queue(session: Session, job: Job) -> Job:
@@ -151,9 +153,10 @@ def record_step(session: Session, *, job: Job, step: int, values: StepCreate) ->
 
 def record_validation(session: Session, *, job: Job, step: int, values: ValidationCreate) -> ValidationPoint:
     """A validation point, with the stopping rules' fold carried on from the point before (the one row it reads)
-    by the job's own ``validation.min_delta``."""
+    by the job's own ``validation.min_delta``; the base model's point (BASE_STEP) is outside that series."""
     min_delta = JobSpec.model_validate(job.spec).validation.min_delta
-    fold = advance(progress(latest_point(session, job_id=job.id)), step, values.accuracy, min_delta=min_delta)
+    before = None if step == BASE_STEP else progress(latest_point(session, job_id=job.id))  # the base starts none
+    fold = advance(before, step, values.accuracy, min_delta=min_delta)
     given = values.columns()
     row = ValidationPoint(job_id=job.id, step=step, best_step=fold.best_step, best_accuracy=fold.best_accuracy,
                           anchor_accuracy=fold.anchor_accuracy, evaluations_without_gain=fold.evaluations_without_gain,
@@ -218,15 +221,25 @@ def recent_judged_steps(session: Session, *, job_id: str, count: int) -> list[Tr
     return list(reversed(session.exec(query.order_by(col(TrainingStep.step).desc()).limit(count)).all()))
 
 
-def validation_points(session: Session, *, job_id: str) -> list[ValidationPoint]:
-    query = select(ValidationPoint).where(ValidationPoint.job_id == job_id).order_by(col(ValidationPoint.step))
-    return list(session.exec(query))
+def validation_points(session: Session, *, job_id: str, with_base: bool = False) -> list[ValidationPoint]:
+    """The job's validation points in step order: the policy's series from step 0, which the stopping rules, the
+    best step and the alerts read, and first the base model's point (BASE_STEP) if ``with_base`` and measured."""
+    query = select(ValidationPoint).where(ValidationPoint.job_id == job_id)
+    if not with_base:
+        query = query.where(POLICY_POINT)
+    return list(session.exec(query.order_by(col(ValidationPoint.step))))
+
+
+def base_point(session: Session, *, job_id: str) -> ValidationPoint | None:
+    """The base model's validation point, measured before the warm start (None: no warm start, or not yet)."""
+    return session.exec(select(ValidationPoint).where(ValidationPoint.job_id == job_id,
+                                                      ValidationPoint.step == BASE_STEP)).first()  # fmt: skip
 
 
 def recent_points(session: Session, *, job_id: str, count: int) -> list[ValidationPoint]:
-    """The job's newest ``count`` validation points, in step order."""
-    query = select(ValidationPoint).where(ValidationPoint.job_id == job_id).order_by(col(ValidationPoint.step).desc())
-    return list(reversed(session.exec(query.limit(count)).all()))
+    """The policy's newest ``count`` validation points, in step order."""
+    query = select(ValidationPoint).where(ValidationPoint.job_id == job_id, POLICY_POINT)
+    return list(reversed(session.exec(query.order_by(col(ValidationPoint.step).desc()).limit(count)).all()))
 
 
 def latest_point(session: Session, *, job_id: str) -> ValidationPoint | None:
@@ -269,6 +282,7 @@ def finish_job(
     best_step: int | None = None,
     best_val_accuracy: float | None = None,
     step0_val_accuracy: float | None = None,
+    base_val_accuracy: float | None = None,
     error: str | None = None,
 ) -> None:
     """Record how a job ended (an evaluation has no stop reason) and append its ``finished`` event."""
@@ -277,6 +291,7 @@ def finish_job(
     job.best_step = best_step
     job.best_val_accuracy = best_val_accuracy
     job.step0_val_accuracy = step0_val_accuracy
+    job.base_val_accuracy = base_val_accuracy
     job.error = error
     job.finished_at = utcnow()
     job.worker_id = None
@@ -316,8 +331,8 @@ def judge_spent_usd(session: Session, *, job_id: str) -> float:
 def cost_totals(session: Session, *, job_id: str) -> dict[str, Any]:
     """What a training job has spent so far: tokens its policy generated (training rollouts, validation's
     sampled and greedy passes), its judge's tokens and dollars, and wall time per phase."""
-    points, unrecorded = validation_points(session, job_id=job_id), unrecorded_judging(session, job_id=job_id)
-    return cost_of(_totals(session, job_id), points, unrecorded)
+    points = validation_points(session, job_id=job_id, with_base=True)  # the base model's validation was spent too
+    return cost_of(_totals(session, job_id), points, unrecorded_judging(session, job_id=job_id))
 
 
 def _totals(session: Session, job_id: str) -> dict[str, float]:

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta, timezone
 from sqlalchemy import and_, func
 from sqlmodel import Session, col, select
 
+from service.store.runs import POLICY_POINT
 from service.store.tables import (
     Alert,
     AlertState,
@@ -67,7 +68,7 @@ def running_accuracy(session: Session) -> list[RunningAccuracy]:
     per_job = (
         select(ValidationPoint.job_id, Job.environment, last_step, best)
         .join(Job, col(Job.id) == col(ValidationPoint.job_id))
-        .where(running)
+        .where(running, POLICY_POINT)
         .group_by(ValidationPoint.job_id, Job.environment)
         .subquery()
     )

@@ -88,6 +88,7 @@ class Job(SQLModel, table=True):
     lease_expires_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime()))
     attempts: int = Field(default=0, description="Claims of the job by workers, less those released at shutdown.")
     step: int = 0
+    base_val_accuracy: float | None = None  # the base model before the warm start (a job with one)
     step0_val_accuracy: float | None = None
     best_val_accuracy: float | None = None
     best_step: int | None = None
@@ -155,8 +156,12 @@ class ValidationBase(SQLModel):
     tokens_generated: int | None = Field(default=None, description="Tokens the policy generated, sampled and greedy passes.")
 
 
+BASE_STEP = -1  # the step of the base model's validation point: measured before the warm start; step 0 comes after it
+
+
 class ValidationPoint(ValidationBase, table=True):
-    """Validation accuracy of a job's policy at one step, with its outcome breakdown."""
+    """Validation accuracy of a job's policy at one step, with its outcome breakdown. A job with a warm start also
+    has a point at BASE_STEP, the base model before it; the stopping rules' series starts at step 0 without it."""
 
     __tablename__ = "validation_points"
     __table_args__ = (UniqueConstraint("job_id", "step"),)

@@ -31,15 +31,16 @@ from service.training.baseline import baseline_accuracy
 from service.training.judging import judge_for
 from service.training.run import Run
 from service.training.step import JudgeOutage, train_step
-from service.training.validation import record_point
-from service.training.warm_start import warm_start
+from service.training.validation import record_base_point, record_point
+from service.training.warm_start import pending_examples, warm_start
 
 
 async def run_job(
     job_id: str, *, db: Engine, data_dir: Path, settings: Settings | None = None, hooks: JobHooks | None = None
 ) -> Job:
     """Run (or resume) the job to a stop; the returned job row says how it ended (the runner shape of
-    service/runner/finish.py).
+    service/runner/finish.py). A job with a warm start validates the base model before it (step -1), then the
+    warm-started policy at step 0.
 
     Failures inside the run are recorded on the job (status failed, stop reason error) and
     re-raised to the caller. An interruption (Ctrl-C, task cancellation, JobInterrupted from
@@ -65,7 +66,9 @@ async def run_job(
         _record_manifest(run)
         run.baseline_accuracy = await baseline_accuracy(run, settings, data_dir)
         await run.model.register(backend)
-        await warm_start(run)
+        if pending_examples(run):
+            await record_base_point(run)
+            await warm_start(run)
         step = await _resume_point(run)
         decision = await _validate_if_due(run, step)
         while decision.stop_reason is None:

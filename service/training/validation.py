@@ -19,7 +19,7 @@ from service.evaluation.results import completion_tokens, example_row, outcome_o
 from service.runner.seeding import derive_seed
 from service.store import runs
 from service.store.records import ValidationCreate
-from service.store.tables import ValidationPoint
+from service.store.tables import BASE_STEP, ValidationPoint
 from service.training.run import Run, sampled
 
 
@@ -61,20 +61,34 @@ async def record_point(run: Run, step: int, *, due: bool) -> ValidationPoint | N
     with run.session() as session:
         latest = runs.latest_point(session, job_id=run.job_id)  # points come in step order: none is past ``step``
     if due and (latest is None or latest.step < step) and (measured := await _measure(run, step, latest)) is not None:
-        values, trajectories = measured
-        rows = run.env.scenarios("val")[: run.spec.validation.max_examples]
-        results = [example_row(run.env, t, position=i, scenario_id=str(row["id"]))
-                   for i, (row, t) in enumerate(zip(rows, trajectories))]  # fmt: skip
-        with run.write() as session:
-            job = runs.get_job(session, job_id=run.job_id)
-            latest = runs.record_validation(session, job=job, step=step, values=values)
-            runs.record_example_results(session, job=job, step=step, rows=results)
-            kept = sampled([trajectories], run.hooks.trajectories_per_step)
-            runs.record_trajectories(session, job=job, step=step, split="val", rows=kept)
-            alerts = check_alerts(session, job=job, spec=run.spec)  # committed with the row that fired them
-        run.on_event("validation", {"step": step, **values.columns()})
-        run.announce(alerts)
+        latest = _record(run, step, *measured)
     return latest
+
+
+async def record_base_point(run: Run) -> None:
+    """Validate the base model, before its warm start, once (a resume finds the point): the curve then shows what
+    the warm start did and what RL did after it. Ruler mode has no ground truth to measure it by."""
+    with run.session() as session:
+        if run.spec.reward.mode == "ruler" or runs.base_point(session, job_id=run.job_id) is not None:
+            return
+    _record(run, BASE_STEP, *await _validated(run, BASE_STEP))
+
+
+def _record(run: Run, step: int, values: ValidationCreate, trajectories: list[art.Trajectory]) -> ValidationPoint:
+    """Store a measured point with its per-example rows and sampled rollouts, and the alerts it fires, together."""
+    rows = run.env.scenarios("val")[: run.spec.validation.max_examples]
+    results = [example_row(run.env, t, position=i, scenario_id=str(row["id"]))
+               for i, (row, t) in enumerate(zip(rows, trajectories))]  # fmt: skip
+    with run.write() as session:
+        job = runs.get_job(session, job_id=run.job_id)
+        point = runs.record_validation(session, job=job, step=step, values=values)
+        runs.record_example_results(session, job=job, step=step, rows=results)
+        kept = sampled([trajectories], run.hooks.trajectories_per_step)
+        runs.record_trajectories(session, job=job, step=step, split="val", rows=kept)
+        alerts = check_alerts(session, job=job, spec=run.spec)  # committed with the row that fired them
+    run.on_event("validation", {"step": step, **values.columns()})
+    run.announce(alerts)
+    return point
 
 
 async def _measure(
@@ -92,6 +106,12 @@ async def _measure(
         values = ValidationCreate(accuracy=sum(rewards) / len(rewards), greedy_accuracy=None, examples=len(rewards),
                                   temperature=spec.training.temperature, outcomes={}, wall_time_s=0.0)  # fmt: skip
         return values, []
+    return await _validated(run, step)
+
+
+async def _validated(run: Run, step: int) -> tuple[ValidationCreate, list[art.Trajectory]]:
+    """Ground-truth validation of the policy as served now, stopped by a cancel or a lost lease within a second."""
+    spec = run.spec
     rows = run.env.scenarios("val")[: spec.validation.max_examples]
     measured = validate(run.env, run.model, rows, seed=spec.seed, temperature=spec.validation.temperature)
     values, trajectories = await run.check_stop.guard(measured)

@@ -64,8 +64,7 @@ async def warm_start(run: Run) -> None:
     """Supervised warm start on the environment's demonstrations, once per model (its state remembers it), sized on
     its first SIZING_SAMPLE demonstrations. A cancel, a shutdown or a lost lease (``run.check_stop``) stops it within
     about a second, JobCancelled or JobInterrupted raised, the policy's saved weights untouched."""
-    count = manifests.warm_start_examples(run.spec, run.env)
-    if (run.model.read_state() or {}).get(WARM_START_STATE_KEY) or count == 0:
+    if (count := pending_examples(run)) == 0:
         return
     demos = Demonstrations(run.env, run.spec.seed, count)
     turns_per_batch = WARM_START_TURNS_PER_BATCH if run.spec.model.backend == "embedded" else PRETRAINED_TURNS_PER_BATCH
@@ -74,6 +73,13 @@ async def warm_start(run: Run) -> None:
     started = time.monotonic()
     await run.check_stop.guard(_train(run, demos, batch_size=batch_size, batches=-(-count // batch_size)))
     run.model.merge_state({WARM_START_STATE_KEY: {"examples": count, "seconds": time.monotonic() - started}})
+
+
+def pending_examples(run: Run) -> int:
+    """The demonstrations the warm start will train on: 0 when it has none, or this model already had it."""
+    if (run.model.read_state() or {}).get(WARM_START_STATE_KEY):
+        return 0
+    return manifests.warm_start_examples(run.spec, run.env)
 
 
 def _sized_on_a_sample(demos: Demonstrations, turns_per_batch: int) -> int | None:

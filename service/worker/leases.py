@@ -110,7 +110,7 @@ def give_up_exhausted(session: Session, *, max_attempts: int) -> list[str]:
                      "job ended (ARTSVC_MAX_ATTEMPTS)")  # fmt: skip
         runs.finish_job(session, job=job, status=status, stop_reason=stop_reason, error=error,
                         best_step=job.best_step, best_val_accuracy=job.best_val_accuracy,
-                        step0_val_accuracy=job.step0_val_accuracy)  # fmt: skip
+                        step0_val_accuracy=job.step0_val_accuracy, base_val_accuracy=job.base_val_accuracy)  # fmt: skip
         ended.append(job_id)
     return ended
 

@@ -12,7 +12,7 @@ from service.spec import JobSpec
 from service.store import db as store_db
 from service.store import runs
 from service.store.events import events_after
-from service.store.tables import JobStatus, SampledTrajectory, StopReason, TrainingStep
+from service.store.tables import BASE_STEP, JobStatus, SampledTrajectory, StopReason, TrainingStep
 from service.training.loop import run_job
 from service.training.warm_start import PRETRAINED_TURNS_PER_BATCH, WARM_START_TURNS_PER_BATCH, warm_start_batch_size
 
@@ -188,6 +188,51 @@ async def test_should_stop_interrupts_without_recording_and_the_job_resumes(tmp_
         assert job.status is JobStatus.running and job.finished_at is None and job.step == 1
     job = await run_job(job_id, db=engine, data_dir=tmp_path / "data")
     assert job.status is JobStatus.succeeded and [s[0] for s in _history(engine, job_id)[0]] == [1, 2, 3, 4]
+
+
+@pytest.mark.asyncio
+async def test_a_warm_started_job_records_the_base_model_before_it_once_outside_the_stopping_series(tmp_path):
+    """The curve shows what each stage did: the base model at step -1 (measured once, a resume finds it), the
+    warm-started policy at step 0; the stopping rules' series starts at step 0, and the job reports both."""
+    engine = _new_store(tmp_path)
+    job_id = _submit(engine, {**TINY_RUN, "training": {**TINY_RUN["training"], "warm_start_examples": 256}})
+
+    order: list[tuple[str, int | None]] = []
+
+    def crash_in_the_warm_start(kind, data):
+        order.append((kind, data.get("step")))
+        if kind == "warm_start":
+            raise Crash
+
+    with pytest.raises(Crash):
+        await run_job(job_id, db=engine, data_dir=tmp_path / "data", hooks=JobHooks(on_event=crash_in_the_warm_start))
+    seen = JobHooks(on_event=lambda kind, data: order.append((kind, data.get("step"))))
+    job = await run_job(job_id, db=engine, data_dir=tmp_path / "data", hooks=seen)
+    stages = [kind if kind == "warm_start" else step for kind, step in order if kind in ("warm_start", "validation")]
+    assert stages[:2] == [BASE_STEP, "warm_start"] and stages[-4:] == ["warm_start", 0, 2, 4], stages
+    assert job.status is JobStatus.succeeded and job.step == 4
+    with Session(engine) as session:
+        every = runs.validation_points(session, job_id=job_id, with_base=True)
+        policy = runs.validation_points(session, job_id=job_id)
+        validations = [e.step for e in events_after(session, job_id=job_id) if e.kind == "validation"]
+        base_rows = runs.example_results(session, job_id=job_id, step=BASE_STEP)
+    assert [p.step for p in every] == [BASE_STEP, 0, 2, 4] and [p.step for p in policy] == [0, 2, 4]
+    assert validations == [BASE_STEP, 0, 2, 4]  # the resume did not measure the base model again
+    base, step0 = every[0], every[1]
+    assert job.base_val_accuracy == base.accuracy and job.step0_val_accuracy == step0.accuracy
+    assert len(base_rows) == 8 and sum(base.outcomes.values()) == 8
+    assert step0.best_step == 0 and step0.evaluations_without_gain == 0  # folded from nothing, not from the base
+    assert job.best_step in (0, 2, 4)
+
+
+@pytest.mark.asyncio
+async def test_a_job_without_a_warm_start_measures_no_base_model(tmp_path):
+    engine = _new_store(tmp_path)
+    job_id = _submit(engine, TINY_RUN)  # warm_start_examples 0
+    job = await run_job(job_id, db=engine, data_dir=tmp_path / "data")
+    with Session(engine) as session:
+        assert runs.base_point(session, job_id=job_id) is None
+    assert job.base_val_accuracy is None and job.step0_val_accuracy is not None
 
 
 def test_the_openings_few_shot_turns_are_not_counted_as_demonstrated_replies():

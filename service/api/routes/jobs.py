@@ -112,9 +112,10 @@ def cancel_job(job_id: str, session: SessionDep, caller: CallerDep) -> JobPublic
 
 @router.get("/jobs/{job_id}/metrics")
 def get_metrics(job_id: str, session: SessionDep, caller: CallerDep) -> MetricsPublic:
-    """Every training step's metrics and every validation point, in step order."""
+    """Every training step's metrics and every validation point, in step order (the base model's first, at step -1,
+    where the job had a warm start)."""
     job = visible_job(session, caller=caller, job_id=job_id)
-    recorded, points = runs.steps(session, job_id=job.id), runs.validation_points(session, job_id=job.id)
+    recorded, points = runs.steps(session, job_id=job.id), runs.validation_points(session, job_id=job.id, with_base=True)
     unrecorded = runs.unrecorded_judging(session, job_id=job.id)  # judging of steps cut short (a budget spent)
     totals = recorded[-1].totals if recorded else {}  # the running sums of the newest step
     judge = running.judge_totals(totals, unrecorded)

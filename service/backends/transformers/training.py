@@ -121,8 +121,13 @@ def _without_parsed_calls(items: art.MessagesAndChoices) -> art.MessagesAndChoic
 
 
 def pack(results: list[TokenizedResult], *, seq_len: int) -> PackedTensors:
-    """ART's packing, at most ``seq_len`` tokens a row (a longer trajectory is cut, as ART's trainer cuts it), with
-    the columns that are padding in every row cut off: a small step is not padded to a full row."""
+    """ART's packing into rows of ``seq_len`` tokens, or of the longest trajectory where that is longer, with the
+    columns that are padding in every row cut off (a small step is not padded to a full row).
+
+    A trajectory is never cut: ART's packing cuts one longer than its row, and an agent's episode is longer than a
+    math row before its first reply (an email episode's opening and tools: about 850 tokens). Cut at 512, its
+    replies were not trained at all."""
+    seq_len = max(seq_len, *(len(result.token_ids) for result in results))
     packed = packed_tensors_from_tokenized_results(results, seq_len=seq_len, pad_token_id=-100, verbosity=0)
     used = int((packed["group_ids"] != -1).any(dim=0).nonzero().max()) + 1
     return {k: v[:, :used] if isinstance(v, torch.Tensor) else v for k, v in packed.items()}  # type: ignore[return-value]
@@ -227,7 +232,7 @@ def pack_sft(rows: list[TokenizedResult]) -> PackedTensors:
     first_trained = min((r.assistant_mask.index(1) for r in rows if 1 in r.assistant_mask), default=common)
     for row in rows:
         row.prompt_id, row.prompt_length = 0, max(min(common, first_trained) - 1, 0)
-    return pack(rows, seq_len=max(SFT_PACK_TOKENS, *(len(r.token_ids) for r in rows)))
+    return pack(rows, seq_len=SFT_PACK_TOKENS)
 
 
 def _without_first_spans(mask: list[int], count: int) -> list[int]:

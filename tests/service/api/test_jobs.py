@@ -11,13 +11,13 @@ from sqlmodel import Session, select
 
 from service.store import events, runs
 from service.store.records import StepCreate, ValidationCreate
-from service.store.tables import ApiToken, JobKind, Role, utcnow
+from service.store.tables import BASE_STEP, ApiToken, JobKind, Role, utcnow
 from tests.databases import sqlite_only
 
 JOB_FIELDS = {
     "id", "status", "environment", "spec", "step", "step0_val_accuracy", "best_val_accuracy", "best_step",
-    "stop_reason", "error", "created_at", "started_at", "finished_at", "cancel_requested",
-}  # fmt: skip
+    "stop_reason", "error", "created_at", "started_at", "finished_at",
+} | {"cancel_requested", "base_val_accuracy"}  # DESIGN.md's fields, then this service's additions  # fmt: skip
 MATH = {"environment": "math"}
 TINY_LONG_JOB = {  # the tiny model, many steps: still running when the test cancels it
     "environment": "math",
@@ -181,6 +181,21 @@ def test_metrics_hold_every_step_and_validation_point(client, auth, engine):
     assert [(row["step"], row["accuracy"]) for row in metrics["validation"]] == [(0, 0.25), (2, 0.5)]
     assert metrics["validation"][0]["outcomes"] == {"correct": 2, "wrong": 6}
     assert client.get(f"/v1/jobs/{job_id}", headers=headers).json()["step"] == 2
+
+
+def test_the_base_models_point_leads_the_metrics_and_stays_out_of_the_stopping_series(client, auth, engine):
+    headers = auth()
+    job_id = submit(client, headers).json()["id"]
+    with Session(engine) as session:
+        job = runs.get_job(session, job_id=job_id)
+        runs.record_validation(session, job=job, step=BASE_STEP, values=ValidationCreate(**validation(0.75)))
+        zero = runs.record_validation(session, job=job, step=0, values=ValidationCreate(**validation(0.25)))
+        session.commit()
+        assert (zero.best_step, zero.best_accuracy, zero.anchor_accuracy) == (0, 0.25, 0.25)  # not the base's 0.75
+    metrics = client.get(f"/v1/jobs/{job_id}/metrics", headers=headers).json()
+    assert [(row["step"], row["accuracy"]) for row in metrics["validation"]] == [(BASE_STEP, 0.75), (0, 0.25)]
+    curves = client.get(f"/v1/jobs/{job_id}/curves.png", headers=headers)
+    assert curves.status_code == 200 and curves.content.startswith(b"\x89PNG")
 
 
 def test_trajectories_are_filtered_by_step_and_split_and_limited(client, auth, engine):
