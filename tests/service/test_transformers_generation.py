@@ -1,5 +1,5 @@
-"""The transformers backend's batched sampler on the tiny Llama: a row decodes in a batch as it would alone, and a
-finished row is no longer fed through the model."""
+"""The transformers backend's batched sampler on the tiny Llama: a row decodes in a batch as it would alone, and
+finished rows leave the batch."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from service.backends.transformers import chat
-from service.backends.transformers.generation import Generator, SamplingRequest
+from service.backends.transformers.generation import COMPACT_WHEN_FINISHED, Generator, SamplingRequest
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,18 @@ def test_each_row_of_a_batch_with_very_different_lengths_samples_what_it_would_a
             ]
 
 
-def test_a_finished_row_is_no_longer_fed_through_the_model(lm):
+def _rows_fed(lengths: list[int]) -> list[int]:
+    """The batch's rows at each decoding step, for samples of ``lengths``: a row that finished stays until the
+    finished ones are a quarter of the batch (COMPACT_WHEN_FINISHED), then they all leave."""
+    live, fed = list(lengths), []
+    for k in range(1, max(lengths)):
+        if sum(length <= k for length in live) * COMPACT_WHEN_FINISHED >= len(live):
+            live = [length for length in live if length > k]
+        fed.append(len(live))
+    return fed
+
+
+def test_finished_rows_leave_the_batch_once_they_are_a_quarter_of_it(lm):
     model, tokenizer = lm
     with _fed(model) as shapes:
         samples = [s for group in _generator(lm).generate(_ragged(tokenizer)) for s in group]
@@ -73,9 +84,8 @@ def test_a_finished_row_is_no_longer_fed_through_the_model(lm):
     assert shared == (1, 1) and prefill[0] == 3  # the token every prompt starts with once, then the 3 prompts' rest
     assert {tokens for _, tokens in steps} == {1}
     rows = [rows for rows, _ in steps]
-    assert sum(rows) == sum(len(s.token_ids) - 1 for s in samples)  # each sampled token but a row's last fed once
-    assert rows == [sum(len(s.token_ids) > k for s in samples) for k in range(1, len(rows) + 1)]  # only the unfinished
-    assert rows[-1] == 2 and [len(s.token_ids) for s in samples[1:3]] == [40, 40]  # down to the two 40-token rows
+    assert rows == _rows_fed([len(s.token_ids) for s in samples])
+    assert rows[0] == 5 and rows[-1] == 2 and [len(s.token_ids) for s in samples[1:3]] == [40, 40]  # the two longest
 
 
 def _turns(tokenizer) -> list[tuple[int, ...]]:
@@ -226,3 +236,33 @@ def test_the_head_multiplies_only_each_rows_last_state_laid_out_contiguously(lm)
     finally:
         hook.remove()
     assert all(contiguous and shape[1] == 1 for shape, contiguous in seen), seen
+
+
+def test_a_growing_cache_holds_what_transformers_cache_holds_and_writes_decoded_states_in_place():
+    from transformers import DynamicCache
+
+    from service.backends.transformers.batch_cache import growing_cache
+
+    torch.manual_seed(0)
+
+    def states(length: int, rows: int = 3) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(torch.randn(rows, 2, length, 4), torch.randn(rows, 2, length, 4)) for _ in range(2)]
+
+    def both_take(new) -> None:
+        for layer, (keys, values) in enumerate(new):
+            grown, plain = growing.update(keys, values, layer), reference.update(keys, values, layer)
+            assert all(torch.equal(a, b) for a, b in zip(grown, plain))
+
+    first = states(5)
+    growing, reference = growing_cache(first), DynamicCache(first)
+    places = []
+    for _ in range(4):  # decoding: one position a step
+        both_take(states(1))
+        places.append(growing.layers[0].keys.data_ptr())
+    assert len(set(places)) == 1  # written where the states already were, not copied anew
+    index = torch.tensor([2, 0])  # rows finished and left
+    growing.batch_select_indices(index)
+    reference.batch_select_indices(index)
+    both_take(states(1, rows=2))
+    both_take(states(300, rows=2))  # past the buffer's room: made again, larger
+    assert growing.get_seq_length() == reference.get_seq_length() == 5 + 4 + 1 + 300

@@ -1,0 +1,100 @@
+"""One validation sweep of the email agent on the base model, by two checkouts of this service in one run: what the
+sampler's changes do to a multi-turn, tool-using validation, on the real model, with nothing else of a job around it.
+
+    python bench/agent_validation_ab.py --before /path/to/old/checkout [--after .] [--examples 16] [--rounds 1]
+
+Each checkout runs in its own child process (its own code, this venv): SmolLM2-135M-Instruct through the transformers
+backend, served as a job serves it, and ``service.training.validation.validate`` on the email environment's first
+``--examples`` validation questions (each sampled at temperature 1 and greedily, up to 6 turns of 96 tokens). Rounds
+alternate before/after; each reports wall seconds, CPU seconds (CPU%), the tokens generated, the outcomes, and how
+many greedy episodes the two sides played identically. Writes ``bench/results/agent_validation_ab[_LABEL].json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "HF_HUB_OFFLINE": "1"}
+
+
+async def sweep(examples: int, data: Path) -> dict:
+    """In a child that imports one checkout's code: the sweep, timed."""
+    import art
+
+    import environments
+    from service.backends import make_backend
+    from service.evaluation.results import completion_tokens
+    from service.training.validation import validate
+
+    env = environments.load("email", {})
+    backend = make_backend("transformers", data_dir=data, seed=0)
+    model = art.TrainableModel(name="ab", project="ab", base_model="SmolLM2-135M-Instruct", base_path=str(data / "art"))
+    await model.register(backend)
+    rows = list(env.scenarios("val"))[:examples]
+    cpu, wall = time.process_time(), time.perf_counter()
+    values, sampled = await validate(env, model, rows, seed=0, temperature=1.0)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    await backend.close()
+    return {"wall_s": wall, "cpu_s": cpu, "accuracy": values.accuracy, "greedy_accuracy": values.greedy_accuracy,
+            "outcomes": values.outcomes, "tokens": values.tokens_generated,
+            "sampled_replies": [[m.get("content") for m in t.messages() if m.get("role") == "assistant"] for t in sampled],
+            "sampled_tokens": [completion_tokens(t) for t in sampled]}  # fmt: skip
+
+
+def run(checkout: Path, examples: int, data: Path) -> dict:
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        command = [sys.executable, __file__, "--child", str(checkout), str(examples), str(data), out.name]
+        subprocess.run(command, cwd=checkout, env={**os.environ, **ENV}, check=True)
+        return json.loads(Path(out.name).read_text())
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":  # the checkout's code first on the path, then its sweep
+        import asyncio
+
+        sys.path.insert(0, sys.argv[2])
+        result = asyncio.run(sweep(int(sys.argv[3]), Path(sys.argv[4])))
+        Path(sys.argv[5]).write_text(json.dumps(result))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", type=Path, required=True)
+    parser.add_argument("--after", type=Path, default=ROOT)
+    parser.add_argument("--examples", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--data", type=Path, default=ROOT / ".artsvc", help="where the converted base model is cached")
+    parser.add_argument("--label", default="")
+    args = parser.parse_args()
+    rounds: dict[str, list[dict]] = {"before": [], "after": []}
+    for _ in range(args.rounds):
+        for side, checkout in (("before", args.before), ("after", args.after)):
+            with tempfile.TemporaryDirectory() as scratch:
+                data = Path(scratch)
+                (data / "cache").symlink_to((args.data / "cache").resolve())
+                result = run(checkout.resolve(), args.examples, data)
+            rounds[side].append(result)
+            print(f"{side}: {result['wall_s']:.1f} s, CPU {100 * result['cpu_s'] / result['wall_s']:.0f}%, "
+                  f"{result['tokens']} tokens, accuracy {result['accuracy']} (greedy {result['greedy_accuracy']}), "
+                  f"{result['outcomes']}", flush=True)
+    same = sum(a == b for a, b in zip(rounds["before"][0]["sampled_replies"], rounds["after"][0]["sampled_replies"]))
+    summary = {side: {"median_wall_s": statistics.median(r["wall_s"] for r in results),
+                      "walls_s": [round(r["wall_s"], 1) for r in results]} for side, results in rounds.items()}  # fmt: skip
+    summary["speedup"] = summary["before"]["median_wall_s"] / summary["after"]["median_wall_s"]
+    summary["sampled_episodes_identical"] = f"{same}/{args.examples}"
+    print(json.dumps(summary, indent=2))
+    out = ROOT / "bench" / "results" / f"agent_validation_ab{'_' + args.label if args.label else ''}.json"
+    out.write_text(json.dumps({"machine": platform.processor() or platform.machine(), "examples": args.examples,
+                               "summary": summary, "rounds": rounds}, indent=2) + "\n")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
