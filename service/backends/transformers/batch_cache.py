@@ -13,7 +13,9 @@ from transformers.cache_utils import DynamicLayer
 
 from service.backends.transformers.prefix_cache import KV
 
-HEADROOM_TOKENS = 128  # a buffer's room past its states when it is (re)made: a reply's worth of decoding
+# A buffer's room past its states when it is (re)made: 32 positions, or an eighth of its length where that is more, so
+# a reply of 96 tokens after 1,200 makes it again about 3 times, and a short math batch holds little spare memory.
+HEADROOM_TOKENS = 32
 
 
 class GrowingLayer(DynamicLayer):
@@ -27,7 +29,7 @@ class GrowingLayer(DynamicLayer):
             return super().update(key_states, value_states, cache_kwargs)
         length, added = self.keys.shape[-2], key_states.shape[-2]
         if not self._holds(length + added):
-            self._buffers = tuple(self._buffer(t, length + added + max(HEADROOM_TOKENS, length // 4))
+            self._buffers = tuple(self._buffer(t, length + added + max(HEADROOM_TOKENS, length // 8))
                                   for t in (self.keys, self.values))  # fmt: skip
         keys, values = self._buffers
         keys[:, :, length : length + added], values[:, :, length : length + added] = key_states, value_states
