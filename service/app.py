@@ -33,12 +33,13 @@ from service.api.loop_writes import LoopWrites
 from service.api.slot_owners import SlotOwners
 from service.api.threads import request_threads
 from service.api.routes import (
-    alerts, checkpoints, curves, environments, evaluations, events, health, inference, jobs, ui,
+    alerts, checkpoints, curves, environments, evaluations, events, health, inference, jobs, preview, ui,
 )  # fmt: skip
 from service.inference import InferenceEngine
 from service.settings import Settings, get_settings
 from service.store import db as store_db
 
+BATCH_BODY_TIMEOUT_S = 300.0  # a batch of ART's client may be tens of MiB: the time its body may take to arrive
 LOOP_READ_WAIT_S = 1.0  # the longest a keyed read may hold the event loop (a lock wait, a slow server)
 
 
@@ -83,7 +84,10 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     )
     errors.install(app)
     metrics.install(app)
-    app.add_middleware(limits.BodyLimits, max_bytes=settings.max_body_bytes, timeout_s=settings.request_body_timeout_s)
+    batch_limits = limits.PathLimits(settings.client_batch_max_bytes, max(settings.request_body_timeout_s, BATCH_BODY_TIMEOUT_S),
+                                     "ARTSVC_CLIENT_BATCH_MAX_BYTES")  # fmt: skip
+    app.add_middleware(limits.BodyLimits, max_bytes=settings.max_body_bytes, timeout_s=settings.request_body_timeout_s,
+                       larger={"/v1/preview/training-jobs": batch_limits})  # fmt: skip
     app.add_middleware(
         overload.InFlightLimit,
         owners=SlotOwners(app.state.loop_reads, local_mode=settings.local_mode, metrics_token=settings.metrics_token),
@@ -93,6 +97,6 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     )
     if settings.local_mode or settings.trusted_hosts:  # outermost: first, so a foreign Host takes no slot
         app.add_middleware(hosts.TrustedHosts, trusted_hosts=settings.trusted_hosts)
-    for module in (jobs, checkpoints, inference, evaluations, events, alerts, curves, environments, health, ui):
+    for module in (jobs, checkpoints, inference, preview, evaluations, events, alerts, curves, environments, health, ui):
         app.include_router(module.router)
     return app

@@ -16,6 +16,7 @@ client to go away) are not timed.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
@@ -27,8 +28,8 @@ DRAIN_BYTES = 4 * 1024 * 1024  # read and dropped after a refusal, so the client
 
 
 class BodyTooLarge(HTTPException):
-    def __init__(self, max_bytes: int) -> None:
-        detail = f"request body larger than the limit of {max_bytes} bytes (ARTSVC_MAX_BODY_BYTES)"
+    def __init__(self, max_bytes: int, setting: str = "ARTSVC_MAX_BODY_BYTES") -> None:
+        detail = f"request body larger than the limit of {max_bytes} bytes ({setting})"
         super().__init__(413, detail, headers={"Connection": "close"})  # the rest of the body is not read
 
 
@@ -70,20 +71,34 @@ def body_deadline(receive: Receive, *, timeout_s: float) -> Receive:
     return timed_receive
 
 
-class BodyLimits(HTTPMiddleware):
-    """413 with a JSON ``detail`` for bodies over ``max_bytes``, 408 for bodies not in within ``timeout_s``."""
+@dataclass(frozen=True)
+class PathLimits:
+    """One path's body limits, and the setting that sets its size."""
 
-    def __init__(self, app: ASGIApp, *, max_bytes: int, timeout_s: float) -> None:
+    max_bytes: int
+    timeout_s: float
+    setting: str
+
+
+class BodyLimits(HTTPMiddleware):
+    """413 with a JSON ``detail`` for bodies over ``max_bytes``, 408 for bodies not in within ``timeout_s``; the paths
+    in ``larger`` have limits of their own (a batch ART's client posts)."""
+
+    def __init__(self, app: ASGIApp, *, max_bytes: int, timeout_s: float,
+                 larger: dict[str, PathLimits] | None = None) -> None:  # fmt: skip
         super().__init__(app)
         self.max_bytes = max_bytes
         self.timeout_s = timeout_s
+        self.larger = larger or {}
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         declared = Headers(scope=scope).get("content-length")
         if declared is not None and not declared.isdigit():
             await self._refuse(send, HTTPException(400, "invalid Content-Length header"))
             return
-        receive = body_deadline(receive, timeout_s=self.timeout_s)
+        limits = self.larger.get(scope.get("path", ""), PathLimits(self.max_bytes, self.timeout_s, "ARTSVC_MAX_BODY_BYTES"))
+        max_bytes, timeout_s = limits.max_bytes, limits.timeout_s
+        receive = body_deadline(receive, timeout_s=timeout_s)
         received = 0
         started = False
 
@@ -92,10 +107,10 @@ class BodyLimits(HTTPMiddleware):
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
+                if received > max_bytes:
                     if message.get("more_body", False):
                         await drain(receive)
-                    raise BodyTooLarge(self.max_bytes)  # FastAPI re-raises HTTPException; the error handler answers
+                    raise BodyTooLarge(max_bytes, limits.setting)  # FastAPI re-raises HTTPException; the error handler answers
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -104,9 +119,9 @@ class BodyLimits(HTTPMiddleware):
             await send(message)
 
         try:
-            if declared is not None and int(declared) > self.max_bytes:
+            if declared is not None and int(declared) > max_bytes:
                 await drain(receive)
-                raise BodyTooLarge(self.max_bytes)
+                raise BodyTooLarge(max_bytes, limits.setting)
             await self.app(scope, counting_receive, tracking_send)
         except (BodyTooLarge, BodyTooSlow) as exc:  # raised where no handler answered it (outside a route)
             if started:

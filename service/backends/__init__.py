@@ -21,15 +21,16 @@ class BackendUnavailableError(RuntimeError):
     """The requested backend cannot run on this machine (missing extras or credentials)."""
 
 
-def make_backend(name: str, *, data_dir: Path, seed: int, precision: Precision = "auto") -> art.Backend:
+def make_backend(
+    name: str, *, data_dir: Path, seed: int, precision: Precision = "auto", max_sequence_tokens: int | None = None
+) -> art.Backend:
     """A fresh backend instance; the caller closes it. ``precision`` is the transformers backend's base dtype
-    (``Settings.precision``)."""
+    (``Settings.precision``), ``max_sequence_tokens`` the longest trajectory it trains (None: any)."""
     if name == "transformers":
         from service.backends.transformers.backend import TransformersBackend
 
-        return TransformersBackend(
-            path=data_dir / "models", cache_dir=data_dir / "cache", seed=seed, precision=precision
-        )
+        return TransformersBackend(path=data_dir / "models", cache_dir=data_dir / "cache", seed=seed,
+                                   precision=precision, max_sequence_tokens=max_sequence_tokens)  # fmt: skip
     if name == "embedded":
         from service.backends.embedded import EmbeddedBackend
 

@@ -12,7 +12,7 @@ import socket
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import uvicorn
 from art.types import TrainResult
@@ -23,6 +23,13 @@ if TYPE_CHECKING:
     import art
     from art import dev
     from art.types import TrainSFTConfig
+
+
+# ART's options of its loss (art/loss.py) and of its packing (advantage_balance) that a train() call may give
+LOSS_OPTIONS = frozenset({
+    "epsilon", "epsilon_high", "ppo", "importance_sampling_level", "max_negative_advantage_importance_sampling_weight",
+    "mask_prob_ratio", "kimi_k2_tau", "advantage_balance",
+})  # fmt: skip
 
 
 class _QuietServer(uvicorn.Server):
@@ -151,26 +158,25 @@ class InProcessBackend(LoopbackServing):
         *,
         learning_rate: float = 1e-4,
         kl_penalty_coef: float = 0.0,
-        epsilon: float | None = None,
         scale_rewards: bool = True,
-        **_: Any,
+        **options: Any,
     ) -> TrainResult:
         """One GRPO step (the engine's part is ``_grpo``). Groups whose rewards are all equal carry no advantage: they
-        are counted, not trained. ART's other keyword arguments (its GPU loss options) do not apply here."""
+        are counted, not trained. ART's loss and packing options (``LOSS_OPTIONS``: epsilon, ppo, importance sampling
+        level...) reach its loss where given; its other keyword arguments (GPU scheduling) do not apply here."""
         engine = self._engine(model.name)
         groups = list(trajectory_groups)
         zero_variance = sum(1 for g in groups if len({t.reward for t in g.trajectories}) <= 1)
-        metrics = await self._grpo(
-            engine, groups, learning_rate=learning_rate, kl_penalty_coef=kl_penalty_coef, epsilon=epsilon,
-            scale_rewards=scale_rewards,
-        )  # fmt: skip
+        given = {key: value for key, value in options.items() if key in LOSS_OPTIONS and value is not None}
+        config = cast("dev.TrainConfig", {"kl_penalty_coef": kl_penalty_coef, **given})
+        metrics = await self._grpo(engine, groups, learning_rate=learning_rate, config=config, scale_rewards=scale_rewards)
         counts = {"trainable_groups": float(len(groups) - zero_variance), "zero_variance_groups": float(zero_variance),
                   "learning_rate": learning_rate}  # fmt: skip
         return TrainResult(step=engine.step, metrics={**metrics, **counts})
 
     async def _grpo(
-        self, engine: Any, groups: list[art.TrajectoryGroup], *, learning_rate: float, kl_penalty_coef: float,
-        epsilon: float | None, scale_rewards: bool,
+        self, engine: Any, groups: list[art.TrajectoryGroup], *, learning_rate: float, config: dev.TrainConfig,
+        scale_rewards: bool,
     ) -> dict[str, float]:  # fmt: skip
         raise NotImplementedError
 

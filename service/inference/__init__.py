@@ -45,6 +45,7 @@ class InferenceEngine:
     def __init__(self, settings: Settings, *, process: InferenceProcess | None = None) -> None:
         self.bounds = Bounds.of(settings)
         self.default_max_tokens = settings.inference_max_tokens
+        self.cache_dir = str(settings.data_dir / "cache" / "base-models")  # where base models are converted (as training)
         self.turns = FairTurns(
             max_waiting=settings.inference_max_waiting_per_tenant, capacity=settings.inference_max_active_callers
         )
@@ -52,10 +53,10 @@ class InferenceEngine:
         self._owns_process = process is None
 
     async def complete(
-        self, folder: Path, request: ChatCompletionRequest, *, model: str, tenant: str
+        self, folder: Path | None, request: ChatCompletionRequest, *, model: str, tenant: str, base_model: str | None = None
     ) -> dict[str, Any]:
-        """The response body for ``request`` from the checkpoint in ``folder``, answered as ``model``, in
-        ``tenant``'s turn. Cancelling it (the client went away) stops the work.
+        """The response body for ``request`` from the checkpoint in ``folder`` (None: the base model ``base_model``
+        alone), answered as ``model``, in ``tenant``'s turn. Cancelling it (the client went away) stops the work.
 
         ServingError: 400 past the bounds or for messages the template cannot render, 429 when ``tenant`` already
         has ``max_waiting`` requests waiting, 404 or 409 when the checkpoint is gone or cannot be served, 503 when the
@@ -72,8 +73,9 @@ class InferenceEngine:
             ) from None  # fmt: skip
         try:
             message_id, reply = self.process.submit({
-                "folder": str(folder), "model": model, "request": request.model_dump(mode="json"),
-                "default_max_tokens": self.default_max_tokens, "bounds": self.bounds.as_dict(),
+                "folder": None if folder is None else str(folder), "base_model": base_model, "cache_dir": self.cache_dir,
+                "model": model, "request": request.model_dump(mode="json"), "default_max_tokens": self.default_max_tokens,
+                "bounds": self.bounds.as_dict(),
             })  # fmt: skip
         except BaseException:
             self.turns.release(tenant)

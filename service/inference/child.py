@@ -5,7 +5,8 @@ at once (service/inference/turns.py).
 
 It settles as the workers do (their CPU policy, SIGTERM when the API dies: service/worker/supervisor.py), runs torch
 on the threads its environment allows (``OMP_NUM_THREADS``), and reads JSON lines on stdin:
-``{"op": "complete", "id", "folder", "model", "request", "default_max_tokens", "bounds"}`` and ``{"op": "cancel",
+``{"op": "complete", "id", "folder", "model", "request", "default_max_tokens", "bounds"}`` (``folder`` None: the
+base model ``base_model``, converted into ``cache_dir`` as training does) and ``{"op": "cancel",
 "id"}``. It writes one JSON line per completion to its stdout: ``{"id", "body"}``, ``{"id", "error": {"status",
 "message", "code"}}`` or ``{"id", "cancelled": true}``. A cancel, the deadline in ``bounds`` (seconds of the request's
 own work) and a hand-over of the model are seen before each chunk of the prompt encoded and each token decoded. The last ``CACHE_SIZE`` checkpoints used stay loaded, keyed by
@@ -51,18 +52,31 @@ class Checkpoints:
         except OSError:
             message = f"model {name!r}: its checkpoint is gone (pruned by training)"
             raise ServingError(404, message, "model_not_found") from None
-        from service.backends.transformers.inference import CheckpointModel, NotServable  # MODEL_MODULE
+        from service.backends.transformers.inference import CheckpointModel
 
         key = (str(folder), info.st_mtime_ns, info.st_ino)
+        return self._load(key, name, lambda: CheckpointModel(folder, precision=self.precision))
+
+    def base(self, base_model: str, cache_dir: Path, name: str) -> Any:
+        """The base model ``base_model`` alone (converted into ``cache_dir`` once, as training does)."""
+        from service.backends.transformers.inference import CheckpointModel
+        from service.backends.transformers.models import resolve_base_model
+
+        return self._load(("base", base_model, 0), name,
+                          lambda: CheckpointModel.of_base(resolve_base_model(base_model, cache_dir), precision=self.precision))  # fmt: skip
+
+    def _load(self, key: tuple[str, Any, int], name: str, load: Any) -> Any:
+        from service.backends.transformers.inference import NotServable  # MODEL_MODULE
+
         if key in self._loaded:
             self._loaded.move_to_end(key)
             return self._loaded[key]
         try:
-            loaded = CheckpointModel(folder, precision=self.precision)
+            loaded = load()
         except NotServable as exc:
             raise ServingError(409, f"model {name!r} cannot be served: {exc}", "model_not_servable") from None
         except Exception:  # a corrupt checkpoint: the log has the traceback, the client a reason without paths
-            logger.exception("loading the checkpoint %s failed", folder)
+            logger.exception("loading the checkpoint %s failed", key[1] if key[0] == "base" else key[0])
             message = f"model {name!r}: its checkpoint could not be loaded"
             raise ServingError(409, message, "model_not_servable") from None
         self._loaded[key] = loaded
@@ -82,7 +96,10 @@ def answer(
     try:
         request = ChatCompletionRequest.model_validate(message["request"])
         bounds = Bounds(**message["bounds"])
-        model = checkpoints.get(Path(message["folder"]), message["model"])
+        if message.get("folder") is None:
+            model = checkpoints.base(message["base_model"], Path(message["cache_dir"]), message["model"])
+        else:
+            model = checkpoints.get(Path(message["folder"]), message["model"])
         sampling = model.sampling_request(request, default_max_tokens=message["default_max_tokens"])
         bounds.check_prompt(prompt_tokens=len(sampling.prompt_ids), n=sampling.n)
         started_s = work.share()  # loading the checkpoint is not the request's sampling time

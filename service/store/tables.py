@@ -49,6 +49,7 @@ class StopReason(str, Enum):
 class JobKind(str, Enum):
     training = "training"
     evaluation = "evaluation"  # measurement only: a model on a split, nothing trained
+    client_batch = "client_batch"  # one training step on trajectory groups an ART client posted for its model
 
 
 class Role(str, Enum):
@@ -66,6 +67,7 @@ class Job(SQLModel, table=True):
         Index("ix_jobs_owner_created", "owner_id", "created_at"),
         Index("ix_jobs_status_created", "status", "created_at"),
         Index("ix_jobs_kind_created", "kind", "created_at"),
+        Index("ix_jobs_parent_id", "parent_id"),  # a client model's batches, a training job's evaluations
     )
 
     id: str = Field(primary_key=True, max_length=36)
@@ -282,6 +284,25 @@ class BrowserSession(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
     expires_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False, index=True))
     revoked_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime()))
+
+
+class ClientModel(SQLModel, table=True):
+    """A model that ART's own client (``art.ServerlessBackend``) registered: its name as the client knows it, and the
+    training job that holds its series (running, never leased, so never claimed), whose steps each batch the client
+    posts (a client_batch job, its ``parent_id`` that job) adds."""
+
+    __tablename__ = "client_models"
+    __table_args__ = (UniqueConstraint("owner_id", "entity", "project", "name"),)
+
+    id: str = Field(primary_key=True, max_length=36)
+    owner_id: str = Field(max_length=36, description="Id of the API token that registered it.")
+    entity: str = Field(max_length=64)
+    project: str = Field(max_length=64)
+    name: str = Field(max_length=64)
+    base_model: str = Field(max_length=255)
+    job_id: str = Field(foreign_key="jobs.id", max_length=36, description="The training job holding its series.")
+    step: int = Field(default=0, description="The newest step whose checkpoint and record are both written.")
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False))
 
 
 class WorkerRecord(SQLModel, table=True):

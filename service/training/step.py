@@ -16,7 +16,7 @@ from service.alerts import check_alerts
 from service.evaluation.results import completion_tokens
 from service.runner.seeding import batch_for_step, derive_seed
 from service.store import runs
-from service.store.records import StepCost, StepCreate, StepMetrics
+from service.store.records import StepCost, StepCreate, StepJudge, StepMetrics
 from service.training.diagnostics import typed_diagnostics
 from service.training.judging import StepJudging
 from service.training.run import Run, sampled
@@ -92,6 +92,33 @@ async def _rollouts(run: Run, step: int, judging: StepJudging | None) -> list[ar
     return await run.check_stop.guard(gathered, parts=in_flight)  # a cancel or a stop drops the rollouts in flight
 
 
+def step_values(
+    groups: list[art.TrajectoryGroup], reported: dict[str, float], *, cost: StepCost, wall_time_s: float,
+    judge: StepJudge | None = None,
+) -> StepCreate:  # fmt: skip
+    """What the store records of a step trained on ``groups`` whose backend reported ``reported`` (the tokens the
+    policy generated are counted here, into ``cost``)."""
+    trajectories = [t for g in groups for t in g.trajectories]
+    rewards = [t.reward for t in trajectories]
+    mean = sum(rewards) / len(rewards)
+    cost = cost.model_copy(update={"tokens_generated": float(sum(completion_tokens(t) or 0 for t in trajectories))})
+    return StepCreate(
+        reward_mean=mean,
+        reward_std=(sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5,
+        groups=len(groups),
+        zero_variance_groups=int(reported.get("zero_variance_groups", 0)),
+        **typed_diagnostics(reported),
+        completion_length=sum(map(_completion_chars, trajectories)) / len(trajectories),
+        wall_time_s=wall_time_s,
+        metrics=StepMetrics(
+            backend={k: float(v) for k, v in reported.items()},
+            cost=cost,
+            rollout_exceptions=float(sum(len(g.exceptions) for g in groups)),
+            judge=judge,
+        ),
+    )
+
+
 def _completion_chars(trajectory: art.Trajectory) -> int:
     return sum(len(item.message.content or "") for item in trajectory.messages_and_choices if isinstance(item, Choice))
 
@@ -109,27 +136,9 @@ async def _train_and_record(
     judge_s = judging.seconds if judging is not None else 0.0
     await run.model.log(groups, metrics=result.metrics, step=result.step, split="train")
 
-    trajectories = [t for g in groups for t in g.trajectories]
-    rewards = [t.reward for t in trajectories]
-    mean = sum(rewards) / len(rewards)
-    reported = result.metrics
-    cost = StepCost(rollout_s=max(0.0, gathered_s - judge_s), judge_s=judge_s, train_s=train_s,
-                    tokens_generated=float(sum(completion_tokens(t) or 0 for t in trajectories)))  # fmt: skip
-    values = StepCreate(
-        reward_mean=mean,
-        reward_std=(sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5,
-        groups=len(groups),
-        zero_variance_groups=int(reported.get("zero_variance_groups", 0)),
-        **typed_diagnostics(reported),
-        completion_length=sum(map(_completion_chars, trajectories)) / len(trajectories),
-        wall_time_s=time.monotonic() - started,
-        metrics=StepMetrics(
-            backend={k: float(v) for k, v in reported.items()},
-            cost=cost,
-            rollout_exceptions=float(sum(len(g.exceptions) for g in groups)),
-            judge=judging.account() if judging is not None else None,
-        ),
-    )
+    cost = StepCost(rollout_s=max(0.0, gathered_s - judge_s), judge_s=judge_s, train_s=train_s)
+    values = step_values(groups, result.metrics, cost=cost, wall_time_s=time.monotonic() - started,
+                         judge=judging.account() if judging is not None else None)  # fmt: skip
     with run.write() as session:
         job = runs.get_job(session, job_id=run.job_id)
         runs.record_step(session, job=job, step=result.step, values=values)

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import ColumnElement, ScalarSelect, and_, case, func, or_, update
+from sqlalchemy import ColumnElement, ScalarSelect, and_, case, exists, func, or_, update
 from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, select
 
 from service.store import runs
 from service.store.events import append_event
-from service.store.tables import ApiToken, Job, JobStatus, Role, StopReason, WorkerRecord, utcnow
+from service.store.tables import ApiToken, Job, JobKind, JobStatus, Role, StopReason, WorkerRecord, utcnow
 
 CLAIM_TRIES = 3  # on SQLite a lost race leaves this session holding the write lock, so the next look settles it
 
@@ -34,9 +34,22 @@ def database_now(session: Session) -> datetime:
 
 def _claimable(now: datetime) -> ColumnElement[bool]:
     """Queued, or running under a lease that expired. A running job with no lease at all belongs to a
-    process that does not lease (``artsvc train``) and is never taken from it."""
+    process that does not lease (``artsvc train``, a client model's series) and is never taken from it. A client's
+    batch waits while its model has another batch running or queued before it: a model takes its steps in order."""
     expired = col(Job.lease_expires_at) < now  # NULL (no lease) is never less than anything
-    return or_(col(Job.status) == JobStatus.queued, and_(col(Job.status) == JobStatus.running, expired))
+    claimable = or_(col(Job.status) == JobStatus.queued, and_(col(Job.status) == JobStatus.running, expired))
+    return and_(claimable, or_(col(Job.kind) != JobKind.client_batch, ~_batch_ahead()))
+
+
+def _batch_ahead() -> ColumnElement[bool]:
+    """Another batch of the same model that is running, or queued before this one."""
+    other = aliased(Job)
+    before = or_(col(other.created_at) < col(Job.created_at),
+                 and_(col(other.created_at) == col(Job.created_at), col(other.id) < col(Job.id)))  # fmt: skip
+    return exists().where(
+        col(other.parent_id) == col(Job.parent_id), col(other.kind) == JobKind.client_batch, col(other.id) != col(Job.id),
+        or_(col(other.status) == JobStatus.running, and_(col(other.status) == JobStatus.queued, before)),
+    )  # fmt: skip
 
 
 def claim_next(

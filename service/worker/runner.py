@@ -2,8 +2,8 @@
 It runs evaluation jobs the same way, under the same hooks (they record only at their end, so an
 interrupted one starts over).
 
-Each job runs as an asyncio task through its kind's runner (``RUNNERS``: ``run_job`` or ``run_evaluation``, one
-signature: service/runner/finish.py); a heartbeat renews the leases of the jobs it holds from a thread of its own (a
+Each job runs as an asyncio task through its kind's runner (``RUNNERS``: ``run_job``, ``run_evaluation`` or
+``run_client_batch``, one signature: service/runner/finish.py); a heartbeat renews the leases of the jobs it holds from a thread of its own (a
 step that keeps the event loop busy does not starve it), and every write of a job renews its lease in the write's own
 transaction (service/runner/control.py). A job stops at its next check (about a second apart inside a warm start, a
 step's rollouts or a validation; an evaluation's rollout), recording nothing, when the worker shuts down (its lease is released, so
@@ -29,6 +29,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from service.alerts import WebhookNotifier
+from service.art_client.runner import run_client_batch
 from service.evaluation.runner import run_evaluation
 from service.runner.control import JobHooks, JobInterrupted
 from service.runner.finish import Runner
@@ -40,7 +41,9 @@ from service.worker import leases
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-RUNNERS: dict[JobKind, Runner] = {JobKind.training: run_job, JobKind.evaluation: run_evaluation}
+RUNNERS: dict[JobKind, Runner] = {
+    JobKind.training: run_job, JobKind.evaluation: run_evaluation, JobKind.client_batch: run_client_batch,
+}  # fmt: skip
 
 
 def default_worker_id() -> str:

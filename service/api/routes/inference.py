@@ -2,7 +2,9 @@
 the official ``openai`` client talks to what was trained (service/inference runs the model in a process of its own).
 
 ``model`` is ``JOB_ID`` (the job's best validation step if it has one, else its latest checkpoint) or ``JOB_ID@STEP``
-(a number, ``best`` or ``latest``); the response's ``model`` names the job and the step served. Every refusal is in
+(a number, ``best`` or ``latest``); the response's ``model`` names the job and the step served. A model ART's client
+registered (/v1/preview) is named as ART names it, ``wandb-artifact:///{entity}/{project}/{name}[:step{N}]``, and
+answers with logprobs whether asked or not (service/art_client/serving.py). Every refusal is in
 OpenAI's error envelope, so OpenAI clients raise their usual exceptions: another tenant's job, an unknown one or a
 step without a checkpoint 404 (another tenant's exactly as an unknown one), an embedded-backend job or a checkpoint
 that is no PEFT adapter 409, an invalid or unbounded request 400 (naming the limit and its setting), a caller with
@@ -23,6 +25,8 @@ from sqlmodel import Session
 from starlette.exceptions import HTTPException
 
 from service import checkpoints
+from service.art_client import names
+from service.art_client import serving as client_serving
 from service.api.deps import CallerDep, EngineDep, SettingsDep, visible_job
 from service.api.errors import ErrorBody
 from service.api.routes.jobs import MAX_STEP
@@ -88,12 +92,18 @@ async def chat_completions(
                                "invalid_request")  # fmt: skip
     if (body.model_extra or {}).get("stream"):
         raise ServingError(400, "invalid request: stream: streaming is not supported", "invalid_request")
-    job_id, checkpoint = await in_request_thread(
-        request.app.state.request_threads, find_checkpoint, store, caller=caller, settings=settings, model=body.model
-    )
     inference: InferenceEngine = request.app.state.inference
-    served = f"{job_id}@{checkpoint.step}"
-    return await unless_disconnected(request, inference.complete(checkpoint.path, body, model=served, tenant=caller.id))
+    threads = request.app.state.request_threads
+    if names.is_artifact_name(body.model):  # a model of ART's client: logprobs always, as ART's own server does
+        served = await in_request_thread(threads, client_serving.find, store, caller=caller, data_dir=settings.data_dir,
+                                         model=body.model)  # fmt: skip
+        body = body.model_copy(update={"logprobs": True}) if not body.logprobs else body
+        work = inference.complete(served.folder, body, model=served.name, tenant=caller.id, base_model=served.base_model)
+        return await unless_disconnected(request, work)
+    job_id, checkpoint = await in_request_thread(threads, find_checkpoint, store, caller=caller, settings=settings,
+                                                 model=body.model)  # fmt: skip
+    served_name = f"{job_id}@{checkpoint.step}"
+    return await unless_disconnected(request, inference.complete(checkpoint.path, body, model=served_name, tenant=caller.id))
 
 
 async def unless_disconnected(request: Request, work: Coroutine[Any, Any, T]) -> T:

@@ -86,10 +86,11 @@ class EmbeddedBackend(InProcessBackend):
         return await self._serve(self._generate, CharacterChat())
 
     async def _grpo(
-        self, engine: PolicyEngine, groups: list[art.TrajectoryGroup], *, learning_rate: float, kl_penalty_coef: float,
-        epsilon: float | None, scale_rewards: bool,
+        self, engine: PolicyEngine, groups: list[art.TrajectoryGroup], *, learning_rate: float, config: dev.TrainConfig,
+        scale_rewards: bool,
     ) -> dict[str, float]:  # fmt: skip
-        """Each trajectory cut into context-sized windows that carry its group-normalised advantage."""
+        """Each trajectory cut into context-sized windows that carry its group-normalised advantage. Of ART's loss
+        options, its own loss takes the KL penalty and epsilon."""
         sequences: list[TokenSequence] = []
         for group in groups:
             advantages = group_advantages((t.reward for t in group.trajectories), scale=scale_rewards)
@@ -99,7 +100,9 @@ class EmbeddedBackend(InProcessBackend):
                 ):
                     window.advantage = advantage
                     sequences.append(window)
-        grpo = GRPOConfig(kl_penalty_coef=kl_penalty_coef, **({} if epsilon is None else {"epsilon": epsilon}))
+        epsilon = config.get("epsilon")
+        grpo = GRPOConfig(kl_penalty_coef=config.get("kl_penalty_coef", 0.0),
+                          **({} if epsilon is None else {"epsilon": epsilon}))  # fmt: skip
         return await self._run(engine.grpo_step, sequences, learning_rate=learning_rate, grpo=grpo)
 
     async def _sft(self, engine: PolicyEngine, batches: SftBatches) -> AsyncIterator[dict[str, float]]:

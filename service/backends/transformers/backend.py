@@ -40,14 +40,17 @@ class TransformersBackend(InProcessBackend):
     """Trains LoRA adapters on real LMs in this process (CUDA when present, else the CPU) and serves them.
 
     ``path`` holds one directory per model (ART's layout); ``cache_dir`` the converted base models; ``precision`` the
-    base models' dtype (precision.py), whose name ``precision`` holds once resolved for this machine.
+    base models' dtype (precision.py), whose name ``precision`` holds once resolved for this machine;
+    ``max_sequence_tokens`` the longest trajectory a step trains on (None: any; a client's batches are bounded).
     """
 
     sft_batch_size = 16
 
     def __init__(self, *, path: str | Path, cache_dir: str | Path, seed: int = 0, lora: LoraSettings = LoraSettings(),
-                 precision: Precision = "auto", host: str = "127.0.0.1", port: int = 0) -> None:  # fmt: skip
+                 precision: Precision = "auto", max_sequence_tokens: int | None = None, host: str = "127.0.0.1",
+                 port: int = 0) -> None:  # fmt: skip
         super().__init__(host=host, port=port, thread_name="transformers-policy")
+        self.max_sequence_tokens = max_sequence_tokens
         self._path, self._cache_dir = Path(path), Path(cache_dir)
         self._seed, self._lora = seed, lora
         self._dtype = resolve(precision, default_device())
@@ -71,13 +74,11 @@ class TransformersBackend(InProcessBackend):
         return await self._serve(self._generate, TemplateChat(lambda name: self._engine_for(name).tokenizer))
 
     async def _grpo(
-        self, engine: PolicyEngine, groups: list[art.TrajectoryGroup], *, learning_rate: float, kl_penalty_coef: float,
-        epsilon: float | None, scale_rewards: bool,
+        self, engine: PolicyEngine, groups: list[art.TrajectoryGroup], *, learning_rate: float, config: dev.TrainConfig,
+        scale_rewards: bool,
     ) -> dict[str, float]:  # fmt: skip
-        config: dev.TrainConfig = {"kl_penalty_coef": kl_penalty_coef}
-        if epsilon is not None:
-            config["epsilon"] = epsilon
-        return await self._run(engine.grpo_step, groups, learning_rate=learning_rate, config=config, scale_rewards=scale_rewards)
+        return await self._run(engine.grpo_step, groups, learning_rate=learning_rate, config=config,
+                               scale_rewards=scale_rewards, max_tokens=self.max_sequence_tokens)  # fmt: skip
 
     async def _sft(self, engine: PolicyEngine, batches: SftBatches) -> AsyncIterator[dict[str, float]]:
         """Fine-tune on each batch's assistant turns; the result becomes step 0. The KL reference stays the base model

@@ -148,12 +148,14 @@ class PolicyEngine:
     # -- training -----------------------------------------------------------------------------
 
     def grpo_step(self, groups: list[art.TrajectoryGroup], *, learning_rate: float, config: dev.TrainConfig,
-                  scale_rewards: bool) -> dict[str, float]:  # fmt: skip
-        """One RL step over the groups (ART's tokenisation, packing and loss), then a checkpoint."""
+                  scale_rewards: bool, max_tokens: int | None = None) -> dict[str, float]:  # fmt: skip
+        """One RL step over the groups (ART's tokenisation, packing and loss), then a checkpoint. A trajectory longer
+        than ``max_tokens`` fails the step before any change (training.SequenceTooLong)."""
         results = training.tokenize_groups(self.tokenizer, groups, scale_rewards=scale_rewards)
         metrics: dict[str, float] = {"trained_trajectories": float(len(results))}
         if results:
-            packed = training.pack(results, seq_len=self.lora.seq_len)
+            packed = training.pack(results, seq_len=self.lora.seq_len, max_tokens=max_tokens,
+                                   advantage_balance=float(config.get("advantage_balance", 0.0)))  # fmt: skip
             self._weights_change()
             metrics |= training.grpo_step(self.model, self.optimizer, packed, learning_rate=learning_rate, config=config,
                                           max_grad_norm=self.lora.max_grad_norm)  # fmt: skip

@@ -46,29 +46,37 @@ def base_model_dir(folder: Path) -> Path:
 
 
 class CheckpointModel:
-    """``folder``'s adapter on its base model, in eval mode, on CUDA when present, else the CPU; the base in
+    """``folder``'s adapter (None: none, ``base_dir`` alone) on its base model, in eval mode, on CUDA when present, else the CPU; the base in
     ``precision`` (precision.py), the adapter in float32, as the training engine loads them."""
 
-    def __init__(self, folder: Path, *, precision: Precision = "auto") -> None:
+    def __init__(self, folder: Path | None, *, precision: Precision = "auto", base_dir: Path | None = None) -> None:
         from peft import PeftModel
         from transformers import AutoModelForCausalLM
 
-        if not (folder / ADAPTER_WEIGHTS).is_file():
-            raise NotServable(f"it has no {ADAPTER_WEIGHTS}")
-        base_dir = base_model_dir(folder)
+        if folder is not None:
+            if not (folder / ADAPTER_WEIGHTS).is_file():
+                raise NotServable(f"it has no {ADAPTER_WEIGHTS}")
+            base_dir = base_model_dir(folder)
+        assert base_dir is not None, "a checkpoint folder or a base model directory"
         device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
         dtype = resolve(precision, device)
-        self.tokenizer = load_tokenizer(folder if (folder / "tokenizer_config.json").is_file() else base_dir)
+        own_tokenizer = folder is not None and (folder / "tokenizer_config.json").is_file()
+        self.tokenizer = load_tokenizer(folder if own_tokenizer else base_dir)
         chat.add_tool_support(self.tokenizer)
         base = AutoModelForCausalLM.from_pretrained(
             str(base_dir), dtype=dtype, use_safetensors=True, trust_remote_code=False,
             attn_implementation=attention.implementation_for(device),
         ).to(device)
-        self.model = PeftModel.from_pretrained(base, str(folder)).eval()
+        self.model = (base if folder is None else PeftModel.from_pretrained(base, str(folder))).eval()
         self.generator = Generator(self.model, self.tokenizer, end_token_ids=chat.end_token_ids(self.tokenizer))
         positions = getattr(base.config, "max_position_embeddings", None)
         positions = positions if isinstance(positions, int) else None
         self.format = TemplateChat(lambda _: self.tokenizer, max_context=positions, literal_text=True)
+
+    @classmethod
+    def of_base(cls, base_dir: Path, *, precision: Precision = "auto") -> CheckpointModel:
+        """The base model in ``base_dir`` alone: what a model serves before its first checkpoint."""
+        return cls(None, precision=precision, base_dir=base_dir)
 
     def sampling_request(self, request: ChatCompletionRequest, *, default_max_tokens: int) -> SamplingRequest:
         """``request`` rendered (the caller's text tokenized as text, never as control tokens) with its sampling

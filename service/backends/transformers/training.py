@@ -120,15 +120,25 @@ def _without_parsed_calls(items: art.MessagesAndChoices) -> art.MessagesAndChoic
             for item in items]  # fmt: skip
 
 
-def pack(results: list[TokenizedResult], *, seq_len: int) -> PackedTensors:
+class SequenceTooLong(ValueError):
+    """A trajectory longer than the backend may train on in one row."""
+
+
+def pack(
+    results: list[TokenizedResult], *, seq_len: int, advantage_balance: float = 0.0, max_tokens: int | None = None
+) -> PackedTensors:
     """ART's packing into rows of ``seq_len`` tokens, or of the longest trajectory where that is longer, with the
     columns that are padding in every row cut off (a small step is not padded to a full row).
 
     A trajectory is never cut: ART's packing cuts one longer than its row, and an agent's episode is longer than a
     math row before its first reply (an email episode's opening and tools: about 850 tokens). Cut at 512, its
-    replies were not trained at all."""
-    seq_len = max(seq_len, *(len(result.token_ids) for result in results))
-    packed = packed_tensors_from_tokenized_results(results, seq_len=seq_len, pad_token_id=-100, verbosity=0)
+    replies were not trained at all. So a row's cost follows its longest trajectory: ``max_tokens`` bounds it
+    (SequenceTooLong beyond; the trajectories a client posts). ``advantage_balance`` is ART's (-1 to 1)."""
+    longest = max(len(result.token_ids) for result in results)
+    if max_tokens is not None and longest > max_tokens:
+        raise SequenceTooLong(f"a trajectory of {longest} tokens is longer than this server trains ({max_tokens})")
+    packed = packed_tensors_from_tokenized_results(results, seq_len=max(seq_len, longest), pad_token_id=-100,
+                                                   verbosity=0, advantage_balance=advantage_balance)  # fmt: skip
     used = int((packed["group_ids"] != -1).any(dim=0).nonzero().max()) + 1
     return {k: v[:, :used] if isinstance(v, torch.Tensor) else v for k, v in packed.items()}  # type: ignore[return-value]
 

@@ -1,0 +1,288 @@
+"""``/v1/preview``: the training protocol of ART's own client (``art.ServerlessBackend(base_url=".../v1",
+api_key=TOKEN)``), so an unmodified ART script registers a model, posts its trajectory groups and reads the steps
+back (../shared/ART-CLIENT-PROTOCOL.md; service/art_client). This service's tokens are the API keys; a model is its
+token's, and another tenant's is a 404 everywhere, as an unknown one. Refusals are in OpenAI's error envelope, which
+ART's client unwraps into its exceptions: 422 a malformed body (naming the first bad field), 404 no such model or
+training job of yours, 409 a conflict, 413 a body past its limit.
+
+Lists are pages ``{"data", "has_more"}``; the client asks again with ``after`` set to the last item's id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import uuid
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, Field
+from sqlmodel import Session, col, select
+from starlette.exceptions import HTTPException
+
+from service import tenancy
+from service.api.deps import CallerDep, EngineDep, SessionDep, SettingsDep
+from service.api.threads import in_request_thread
+from service.art_client import batches, names, registry
+from service.art_client.runner import EVENT_KINDS
+from service.auth import Principal
+from service.backends import layout
+from service.backends.openai_server import error_response, validation_message
+from service.settings import Settings
+from service.store import runs
+from service.store.events import append_event
+from service.store.tables import ClientModel, Job, JobEvent, JobKind, JobStatus, StopReason, utcnow
+
+PAGE_LIMIT = 1000  # most items a page holds, whatever ``limit`` asks
+MAX_STEPS_PER_DELETE = 10_000
+NAME = names.PART.pattern
+
+
+class PreviewRoute(APIRoute):
+    """A route whose refusals use OpenAI's error envelope, a malformed body a 422."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def answer(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except RequestValidationError as exc:
+                return error_response(422, validation_message(exc), "invalid_request")
+            except HTTPException as exc:
+                return error_response(exc.status_code, str(exc.detail), _CODES.get(exc.status_code, "error"), exc.headers)
+
+        return answer
+
+
+_CODES = {401: "invalid_api_key", 404: "not_found", 409: "conflict", 413: "request_too_large", 422: "invalid_request",
+          429: "rate_limit_exceeded"}  # fmt: skip
+router = APIRouter(prefix="/v1/preview", tags=["ART client"], route_class=PreviewRoute)
+
+
+class ModelCreate(BaseModel):
+    entity: str | None = Field(None, pattern=NAME)
+    project: str = Field(pattern=NAME)
+    name: str = Field(pattern=NAME)
+    base_model: str = Field(min_length=1, max_length=255)
+    return_existing: bool = True
+
+
+class ModelPublic(BaseModel):
+    id: str
+    entity: str
+    project: str
+    name: str
+    base_model: str
+    run_id: str | None = Field(None, description="The job holding the model's series (GET /v1/jobs/{id}).")
+
+
+class CheckpointPublic(BaseModel):
+    id: str = Field(description="The step, as text (the cursor of `after`).")
+    step: int
+    metrics: dict[str, float]
+
+
+class CheckpointPage(BaseModel):
+    data: list[CheckpointPublic]
+    has_more: bool
+
+
+class CheckpointsDelete(BaseModel):
+    steps: list[int] = Field(max_length=MAX_STEPS_PER_DELETE)
+
+
+class CheckpointsDeleted(BaseModel):
+    deleted_count: int
+    not_found_steps: list[int]
+
+
+class TrainingJobCreated(BaseModel):
+    id: str
+
+
+class EventPublic(BaseModel):
+    id: str
+    type: str
+    data: dict[str, Any]
+
+
+class EventPage(BaseModel):
+    data: list[EventPublic]
+    has_more: bool
+
+
+@router.post("/models", response_model=ModelPublic)
+def register_model(body: ModelCreate, session: SessionDep, caller: CallerDep, settings: SettingsDep) -> ModelPublic:
+    """Register a model (`return_existing`: the caller's model of that name if it exists). Its base model must be one
+    the operator lets this token train (ARTSVC_CLIENT_BASE_MODELS), as for jobs."""
+    if not body.return_existing and registry.find(session, owner_id=caller.id, entity=body.entity or registry.DEFAULT_ENTITY,
+                                                  project=body.project, name=body.name):  # fmt: skip
+        raise HTTPException(409, f"model {body.project}/{body.name} exists (return_existing is false)")
+    try:
+        registered = registry.register(session, caller=caller, entity=body.entity, project=body.project,
+                                       name=body.name, base_model=body.base_model, settings=settings)  # fmt: skip
+    except registry.NotAllowed as exc:
+        raise HTTPException(422, str(exc)) from None
+    except registry.BaseModelMismatch as exc:
+        raise HTTPException(409, str(exc)) from None
+    return _public(registered.model)
+
+
+@router.delete("/models/{model_id}")
+def delete_model(model_id: str, session: SessionDep, caller: CallerDep, settings: SettingsDep) -> dict[str, Any]:
+    """Delete a model: its queued batches are cancelled, its checkpoints deleted, its series job ended (kept, with its
+    steps). 409 while a batch of it trains."""
+    model = _visible(session, caller, model_id)
+    series = registry.series_job(session, model)
+    pending = _batches(session, series.id, (JobStatus.queued, JobStatus.running))
+    if any(job.status is JobStatus.running for job in pending):
+        raise HTTPException(409, "a training job of this model is running; delete it once the job has ended")
+    for job in pending:
+        append_event(session, job_id=job.id, kind="training_failed", data={"error_message": "the model was deleted"})
+        runs.finish_job(session, job=job, status=JobStatus.cancelled, stop_reason=StopReason.cancelled,
+                        error="the model was deleted")  # fmt: skip
+    if series.status is JobStatus.running:
+        runs.finish_job(session, job=series, status=JobStatus.cancelled, stop_reason=StopReason.cancelled,
+                        error="the model was deleted through /v1/preview")  # fmt: skip
+    session.delete(model)
+    session.commit()
+    shutil.rmtree(registry.model_dir(series, settings.data_dir), ignore_errors=True)
+    return {"id": model_id, "deleted": True}
+
+
+@router.get("/models/{model_id}/checkpoints", response_model=CheckpointPage)
+def list_checkpoints(
+    model_id: str, session: SessionDep, caller: CallerDep, settings: SettingsDep,
+    limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT)] = 100, order: Literal["asc", "desc"] = "asc",
+    after: Annotated[str | None, Query(max_length=16)] = None,
+) -> CheckpointPage:  # fmt: skip
+    """The model's checkpoints by step (`order`), each with what its step measured; none before the first training
+    job (the base model is step 0 to sample from)."""
+    model = _visible(session, caller, model_id)
+    steps = registry.checkpoint_steps(session, model, settings.data_dir)
+    if order == "desc":
+        steps.reverse()
+    if after is not None:
+        if not (after.isascii() and after.isdigit()):
+            raise HTTPException(422, "after: a checkpoint id (its step) is expected")
+        cursor = int(after)
+        steps = [s for s in steps if (s > cursor if order == "asc" else s < cursor)]
+    page = steps[:limit]
+    metrics = registry.step_metrics(session, model, page)
+    data = [CheckpointPublic(id=str(step), step=step, metrics=metrics.get(step, {})) for step in page]
+    return CheckpointPage(data=data, has_more=len(steps) > limit)
+
+
+@router.delete("/models/{model_id}/checkpoints", response_model=CheckpointsDeleted)
+def delete_checkpoints(
+    model_id: str, body: CheckpointsDelete, session: SessionDep, caller: CallerDep, settings: SettingsDep
+) -> CheckpointsDeleted:
+    """Delete the checkpoints of these steps. The newest stays (the next training job starts from it): 409."""
+    model = _visible(session, caller, model_id)
+    steps = registry.checkpoint_steps(session, model, settings.data_dir)
+    if steps and steps[-1] in body.steps:
+        raise HTTPException(409, f"step {steps[-1]} is the model's newest checkpoint, which the next training starts "
+                                 "from; it cannot be deleted")  # fmt: skip
+    wanted = set(body.steps)
+    folder = registry.model_dir(registry.series_job(session, model), settings.data_dir)
+    for step in sorted(wanted & set(steps)):
+        shutil.rmtree(layout.checkpoint_dir(folder, step), ignore_errors=True)
+    return CheckpointsDeleted(deleted_count=len(wanted & set(steps)), not_found_steps=sorted(wanted - set(steps)))
+
+
+@router.post("/training-jobs", response_model=TrainingJobCreated, responses={413: {"description": "The batch is "
+             "larger than ARTSVC_CLIENT_BATCH_MAX_BYTES."}})  # fmt: skip
+async def create_training_job(request: Request, caller: CallerDep, settings: SettingsDep, store: EngineDep) -> TrainingJobCreated:
+    """Queue one training step of a model on the posted trajectory groups (`{"model_id", "trajectory_groups",
+    "experimental_config"}`, as ART's client posts them): the body is read to disk as it arrives and checked field by
+    field (422 naming the first bad one); the job's id comes back at once and its events tell how it went."""
+    incoming = await batches.receive(request.stream(), settings.data_dir)
+    try:
+        batch = await asyncio.to_thread(batches.read, incoming, max_trajectories=settings.client_batch_max_trajectories)
+    except batches.BadBatch as exc:
+        incoming.unlink(missing_ok=True)
+        raise HTTPException(422, str(exc)) from None
+    except BaseException:
+        incoming.unlink(missing_ok=True)
+        raise
+    job_id = await in_request_thread(request.app.state.request_threads, _queue_batch, store, caller=caller,
+                                     settings=settings, model_id=batch.model_id, incoming=incoming)  # fmt: skip
+    return TrainingJobCreated(id=job_id)
+
+
+@router.post("/sft-training-jobs", include_in_schema=False)
+def create_sft_training_job() -> None:
+    raise HTTPException(422, "supervised training through W&B artifacts (model.train_sft) is not supported by this "
+                             "server; train with backend.train on trajectory groups")  # fmt: skip
+
+
+@router.get("/training-jobs/{job_id}/events", response_model=EventPage)
+def training_job_events(
+    job_id: str, session: SessionDep, caller: CallerDep,
+    after: Annotated[str | None, Query(max_length=20)] = None,
+    limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT)] = 100,
+) -> EventPage:  # fmt: skip
+    """The training job's events after the one whose id is `after`, oldest first: `training_started`, then
+    `gradient_step` (the step's metrics), then `training_ended` (its checkpoint is listed by then) or
+    `training_failed` (`data.error_message`)."""
+    job = runs.get_job(session, job_id=job_id) if runs.is_job_id(job_id) else None
+    if job is None or job.kind != JobKind.client_batch or not (caller.is_operator or job.owner_id == caller.id):
+        raise HTTPException(404, f"training job {job_id!r} not found")
+    if after is not None and not (after.isascii() and after.isdigit()):
+        raise HTTPException(422, "after: an event id is expected")
+    query = (select(JobEvent).where(col(JobEvent.job_id) == job.id, col(JobEvent.kind).in_(EVENT_KINDS),
+                                    col(JobEvent.id) > int(after or 0)).order_by(col(JobEvent.id)).limit(limit + 1))  # fmt: skip
+    rows = session.exec(query).all()
+    data = [EventPublic(id=str(row.id), type=row.kind, data=row.data) for row in rows[:limit]]
+    return EventPage(data=data, has_more=len(rows) > limit)
+
+
+def _queue_batch(store: Any, *, caller: Principal, settings: Settings, model_id: str, incoming: Path) -> str:
+    """The batch as a queued client_batch job of its model (its file renamed to the job's), committed."""
+    with Session(store, expire_on_commit=False) as session:
+        try:
+            model = _visible(session, caller, model_id)
+            series = registry.series_job(session, model)
+            if series.status is not JobStatus.running:
+                reason = series.stop_reason.value if series.stop_reason else series.status.value
+                raise HTTPException(409, f"model {model.entity}/{model.project}/{model.name} has stopped training "
+                                         f"({reason}): it takes no more training jobs")  # fmt: skip
+            tenancy.hold_queue(session, caller=caller)
+            if (refusal := tenancy.refuse_queue(session, caller=caller, settings=settings)) is not None:
+                raise HTTPException(429, refusal, headers=tenancy.RETRY_LATER)
+        except BaseException:
+            session.rollback()
+            incoming.unlink(missing_ok=True)
+            raise
+        job = Job(id=str(uuid.uuid4()), kind=JobKind.client_batch, status=JobStatus.queued, environment=series.environment,
+                  spec=series.spec, parent_id=series.id, owner_id=caller.id, created_at=utcnow())  # fmt: skip
+        kept = batches.keep(incoming, settings.data_dir, job.id)
+        try:
+            runs.insert_queued(session, job)
+            session.commit()
+        except BaseException:
+            kept.unlink(missing_ok=True)
+            raise
+        return job.id
+
+
+def _visible(session: Session, caller: Principal, model_id: str) -> ClientModel:
+    if (model := registry.visible(session, caller=caller, model_id=model_id)) is None:
+        raise HTTPException(404, f"model {model_id!r} not found")
+    return model
+
+
+def _batches(session: Session, series_id: str, statuses: tuple[JobStatus, ...]) -> list[Job]:
+    query = select(Job).where(col(Job.parent_id) == series_id, col(Job.kind) == JobKind.client_batch,
+                              col(Job.status).in_(statuses))  # fmt: skip
+    return list(session.exec(query).all())
+
+
+def _public(model: ClientModel) -> ModelPublic:
+    return ModelPublic(id=model.id, entity=model.entity, project=model.project, name=model.name,
+                       base_model=model.base_model, run_id=model.job_id)  # fmt: skip

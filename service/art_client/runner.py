@@ -1,0 +1,135 @@
+"""The run of a ``client_batch`` job: one GRPO step on the groups ART's client posted, through the transformers
+backend (ART's tokenisation, packing and loss), recorded on the model's series job and told to the client as the
+events it polls (``training_started``, ``gradient_step``, ``training_ended`` or ``training_failed``).
+
+The step, the model's recorded step, the events and the job's end are one transaction: a crash before it leaves the
+job to be claimed again, and the run first rolls the checkpoints back to the recorded step (a checkpoint the crashed
+run wrote is dropped), so a step is neither lost nor taken twice. A model's batches run one at a time, oldest first
+(service/worker/leases.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import art
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, col, select
+
+from service.alerts import check_alerts
+from service.art_client import batches
+from service.backends import layout, make_backend
+from service.runner.control import JobCancelled, JobHooks, JobInterrupted, StopCheck, fenced
+from service.settings import Settings, get_settings
+from service.spec import JobSpec
+from service.store import runs
+from service.store.events import append_event
+from service.store.records import StepCost
+from service.store.tables import ClientModel, Job, JobEvent, JobStatus, StopReason
+from service.training.run import sampled
+from service.training.step import step_values
+
+EVENT_KINDS = ("training_started", "gradient_step", "training_ended", "training_failed")  # what the client reads
+
+
+class Untrainable(Exception):
+    """The batch cannot train its model; the message is the client's ``training_failed`` reason."""
+
+
+async def run_client_batch(
+    job_id: str, *, db: Engine, data_dir: Path, settings: Settings | None = None, hooks: JobHooks | None = None
+) -> Job:
+    """Train the job's batch into its model's next step (the runner shape of service/runner/finish.py). A batch that
+    cannot train (nothing trainable, the model stopped, a trajectory too long) ends the job failed with the reason as
+    its ``training_failed`` event; a cancel, cancelled with one too."""
+    hooks = hooks or JobHooks()
+    settings = settings or get_settings()
+    with fenced(db, hooks, job_id) as session:
+        job = runs.start_run(session, job_id=job_id)
+        model, series = _model_of(session, job)
+        if not _has_event(session, job_id, "training_started"):
+            append_event(session, job_id=job_id, kind="training_started", data={"num_sequences": 1})
+    stop = StopCheck(db, hooks, job_id)
+    backend: art.Backend | None = None
+    path = batches.path_of(data_dir, job_id)
+    try:
+        if series.status is not JobStatus.running:
+            raise Untrainable(f"model {model.entity}/{model.project}/{model.name} has stopped training: "
+                              f"{series.stop_reason.value if series.stop_reason else series.status.value}")  # fmt: skip
+        batch = await asyncio.to_thread(batches.read, path, max_trajectories=settings.client_batch_max_trajectories)
+        if (reason := batches.why_untrainable(batch.groups)) is not None:
+            raise Untrainable(reason)
+        backend = make_backend("transformers", data_dir=data_dir, seed=0, precision=settings.precision,
+                               max_sequence_tokens=settings.client_max_sequence_tokens)  # fmt: skip
+        trainable = art.TrainableModel(name=layout.job_model_name(series.id, JobSpec.model_validate(series.spec).model.name),
+                                       project=layout.PROJECT, base_model=model.base_model, base_path=str(data_dir / "art"))  # fmt: skip
+        await stop.guard(trainable.register(backend))
+        if await trainable.get_step() > model.step:  # written by a run that crashed before recording it
+            await backend._delete_checkpoint_files(trainable, list(range(model.step + 1)))
+        started = time.monotonic()
+        try:
+            result = await stop.guard(backend.train(trainable, batch.groups, **batch.config.train_options()))
+        except ValueError as exc:  # the engine's refusals (a trajectory too long), before any change
+            raise Untrainable(str(exc)) from None
+        ended = _record(db, hooks, job_id, batch.groups, result, train_s=time.monotonic() - started)
+        path.unlink(missing_ok=True)
+        return ended
+    except JobInterrupted:
+        raise
+    except JobCancelled:
+        return _fail(db, hooks, job_id, "the training job was cancelled", status=JobStatus.cancelled, path=path)
+    except Untrainable as exc:
+        return _fail(db, hooks, job_id, str(exc), status=JobStatus.failed, path=path)
+    except Exception as exc:
+        _fail(db, hooks, job_id, f"{type(exc).__name__}: {exc}", status=JobStatus.failed, path=path)
+        raise
+    finally:
+        if backend is not None:
+            await backend.close()
+
+
+def _record(db: Engine, hooks: JobHooks, job_id: str, groups: list[art.TrajectoryGroup], result: art.types.TrainResult,
+            *, train_s: float) -> Job:  # fmt: skip
+    """The step on the model's series, its checkpoint listed (the model's step), the client's events and the job's
+    end: one transaction."""
+    values = step_values(groups, result.metrics, cost=StepCost(train_s=train_s), wall_time_s=train_s)
+    with fenced(db, hooks, job_id) as session:
+        job = runs.get_job(session, job_id=job_id)
+        model, series = _model_of(session, job)
+        runs.record_step(session, job=series, step=result.step, values=values)
+        runs.record_trajectories(session, job=series, step=result.step, split="train",
+                                 rows=sampled([g.trajectories for g in groups], hooks.trajectories_per_step))  # fmt: skip
+        alerts = check_alerts(session, job=series, spec=JobSpec.model_validate(series.spec))
+        model.step = result.step
+        session.add(model)
+        metrics = {key: float(value) for key, value in result.metrics.items()}
+        append_event(session, job_id=job_id, kind="gradient_step", step=result.step, data=metrics)
+        append_event(session, job_id=job_id, kind="training_ended", step=result.step, data={"step": result.step})
+        job.step = result.step
+        runs.finish_job(session, job=job, status=JobStatus.succeeded, stop_reason=None)
+    hooks.on_alert(alerts)
+    return job
+
+
+def _fail(db: Engine, hooks: JobHooks, job_id: str, message: str, *, status: JobStatus, path: Path) -> Job:
+    with fenced(db, hooks, job_id) as session:
+        job = runs.get_job(session, job_id=job_id)
+        append_event(session, job_id=job_id, kind="training_failed", data={"error_message": message})
+        reason = StopReason.cancelled if status is JobStatus.cancelled else StopReason.error
+        runs.finish_job(session, job=job, status=status, stop_reason=reason, error=message)
+    path.unlink(missing_ok=True)
+    return job
+
+
+def _model_of(session: Session, job: Job) -> tuple[ClientModel, Job]:
+    model = session.exec(select(ClientModel).where(col(ClientModel.job_id) == job.parent_id)).one()
+    series = runs.get_job(session, job_id=model.job_id)
+    assert series is not None
+    return model, series
+
+
+def _has_event(session: Session, job_id: str, kind: str) -> bool:
+    query = select(JobEvent.id).where(col(JobEvent.job_id) == job_id, col(JobEvent.kind) == kind).limit(1)
+    return session.exec(query).first() is not None

@@ -1,0 +1,191 @@
+"""ART's own client, unmodified, trains here: ``art.ServerlessBackend`` and ``art.TrainableModel`` against the real API
+served on loopback and a real worker process, on the tiny test model. Rollouts go through ``model.openai_client()``
+(logprobs come back unasked), two ``backend.train`` calls give steps 1 and 2, named steps are served, and
+``delete_checkpoints`` keeps the newest; another tenant gets 404 everywhere; malformed batches are 422s naming the
+field; a batch with nothing to train fails with its reason; a batch of agent size is taken."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import art
+import httpx
+import openai
+import pytest
+
+from service.store.tables import Role
+from tests.databases import sqlite_only
+from tests.service.api import seeding
+
+pytestmark = [sqlite_only, pytest.mark.timeout(300)]
+
+MESSAGES = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Say a colour."}]
+
+
+@pytest.fixture
+def settings(settings, tiny_lm):
+    """The tests' settings, letting client tokens train the tiny model, with room for a batch of agent size."""
+    return settings.model_copy(update={"client_base_models": [str(tiny_lm)], "client_batch_max_bytes": 16 * 1024 * 1024})
+
+
+@pytest.fixture
+def worker(start_worker):
+    return start_worker()
+
+
+async def rollouts(model: art.TrainableModel, *, groups: int = 2, size: int = 4) -> list[art.TrajectoryGroup]:
+    """The user's rollouts: a reply sampled from the model's newest checkpoint, rewarded by its place in the group (so
+    every group has an advantage)."""
+    client = model.openai_client()
+
+    async def rollout(i: int) -> art.Trajectory:
+        completion = await client.chat.completions.create(
+            model=model.get_inference_name(), messages=MESSAGES, max_tokens=8, temperature=1.0  # type: ignore[arg-type]
+        )
+        return art.Trajectory(messages_and_choices=[*MESSAGES, completion.choices[0]], reward=float(i))
+
+    return await art.gather_trajectory_groups(
+        [art.TrajectoryGroup(rollout(i) for i in range(size)) for _ in range(groups)], pbar_desc=None
+    )
+
+
+def test_an_unmodified_art_script_registers_samples_trains_twice_and_prunes_its_checkpoints(
+    live_server, engine, tiny_lm, worker, monkeypatch
+):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    _, headers = seeding.principal(engine)
+    key = headers["Authorization"].removeprefix("Bearer ")
+
+    async def script() -> None:
+        backend = art.ServerlessBackend(base_url=f"{live_server}/v1", api_key=key)
+        model = art.TrainableModel(name="agent", project="demo", base_model=str(tiny_lm))
+        await model.register(backend)
+        assert model.id and model.entity
+        assert await model.get_step() == 0
+        groups = await rollouts(model)
+        choice = groups[0].trajectories[0].messages_and_choices[-1]
+        assert choice.logprobs is not None and choice.logprobs.content[0].token.startswith("token_id:")  # unasked
+
+        first = await backend.train(model, groups, learning_rate=1e-3)
+        assert first.step == 1 and await model.get_step() == 1
+        assert any("loss" in key for key in first.metrics), first.metrics
+        second = await backend.train(model, await rollouts(model), learning_rate=1e-3)
+        assert second.step == 2
+
+        again = art.TrainableModel(name="agent", project="demo", base_model=str(tiny_lm))
+        await again.register(backend)
+        assert again.id == model.id  # registering again returns the existing model
+
+        client = model.openai_client()
+        named = await client.chat.completions.create(model=model.get_inference_name(step=1), messages=MESSAGES, max_tokens=4)  # type: ignore[arg-type]
+        assert named.model.endswith(":step1")
+        with pytest.raises(openai.NotFoundError):
+            await client.chat.completions.create(model=model.get_inference_name(step=7), messages=MESSAGES, max_tokens=4)  # type: ignore[arg-type]
+
+        await model.delete_checkpoints()
+        steps = [c.step async for c in backend._client.models.checkpoints.list(model_id=model.id)]
+        assert steps == [2]
+        await backend.close()
+
+    asyncio.run(script())
+
+
+def test_another_tenant_gets_not_found_everywhere(live_server, engine, tiny_lm, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    _, mine = seeding.principal(engine, name="mine")
+    _, theirs = seeding.principal(engine, name="theirs")
+    body = {"entity": None, "project": "demo", "name": "agent", "base_model": str(tiny_lm), "return_existing": True}
+    with httpx.Client(base_url=f"{live_server}/v1/preview", timeout=30) as http:
+        model = http.post("/models", json=body, headers=mine).json()
+        batch = {"model_id": model["id"], "trajectory_groups": [_group()], "experimental_config": {}}
+        job = http.post("/training-jobs", json=batch, headers=mine).json()
+        for method, path, payload in [
+            ("GET", f"/models/{model['id']}/checkpoints", None),
+            ("DELETE", f"/models/{model['id']}/checkpoints", {"steps": [0]}),
+            ("POST", "/training-jobs", batch),
+            ("GET", f"/training-jobs/{job['id']}/events", None),
+            ("DELETE", f"/models/{model['id']}", None),
+        ]:
+            refused = http.request(method, path, json=payload, headers=theirs)
+            assert refused.status_code == 404, (method, path, refused.text)
+            assert "error" in refused.json()
+        # their own model of the same name is another model
+        assert http.post("/models", json=body, headers=theirs).json()["id"] != model["id"]
+    sampled = openai.OpenAI(base_url=f"{live_server}/v1", api_key=theirs["Authorization"].split()[1], max_retries=0)
+    with pytest.raises(openai.NotFoundError):
+        sampled.chat.completions.create(model=f"wandb-artifact:///artsvc/demo/agent-{model['id'][:4]}", messages=MESSAGES)
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (lambda b: b.pop("model_id"), "model_id"),
+        (lambda b: b.update(trajectory_groups=[]), "trajectory_groups"),
+        (lambda b: b["trajectory_groups"][0]["trajectories"][1].update(reward="high"), "trajectory_groups[0].trajectories[1].reward"),
+        (lambda b: b["trajectory_groups"][0]["trajectories"][0]["messages_and_choices"].append({"rol": "user"}),
+         "trajectory_groups[0].trajectories[0].messages_and_choices[3].role"),
+        (lambda b: b["trajectory_groups"][0]["trajectories"][0]["messages_and_choices"][2].update(index="x"),
+         "trajectory_groups[0].trajectories[0].messages_and_choices[2].index"),
+        (lambda b: b["experimental_config"].update(learning_rate=-1), "learning_rate"),
+    ],
+)
+def test_a_malformed_batch_is_refused_naming_its_first_bad_field(client, engine, tiny_lm, settings, change, named):
+    _, headers = seeding.principal(engine)
+    model = client.post("/v1/preview/models", headers=headers, json={"project": "p", "name": "m", "base_model": str(tiny_lm)}).json()
+    batch = {"model_id": model["id"], "trajectory_groups": [_group()], "experimental_config": {}}
+    change(batch)
+    refused = client.post("/v1/preview/training-jobs", headers=headers, json=batch)
+    assert refused.status_code == 422, refused.text
+    assert named in refused.json()["error"]["message"]
+    assert not any(p.name.startswith(".incoming") for p in (settings.data_dir / "client-batches").iterdir())
+
+
+def test_a_base_model_the_operator_does_not_allow_is_refused(client, engine):
+    _, headers = seeding.principal(engine)
+    refused = client.post("/v1/preview/models", headers=headers, json={"project": "p", "name": "m", "base_model": "/etc"})
+    assert refused.status_code == 422 and "ARTSVC_CLIENT_BASE_MODELS" in refused.json()["error"]["message"]
+
+
+def test_a_batch_with_nothing_to_train_fails_with_its_reason_and_a_batch_of_agent_size_is_taken(
+    live_server, engine, tiny_lm, worker
+):
+    _, headers = seeding.principal(engine)
+    with httpx.Client(base_url=f"{live_server}/v1/preview", timeout=60, headers=headers) as http:
+        model = http.post("/models", json={"project": "p", "name": "m", "base_model": str(tiny_lm)}).json()
+        flat = _group(rewards=(0.5, 0.5))
+        job = http.post("/training-jobs", json={"model_id": model["id"], "trajectory_groups": [flat]}).json()
+        events = _wait_for_end(http, job["id"])
+        assert [e["type"] for e in events] == ["training_started", "training_failed"]
+        assert "same reward" in events[-1]["data"]["error_message"]
+
+        long_tool_turn = {"role": "tool", "tool_call_id": "c1", "content": "x" * 200_000}
+        big = [_group(extra=[long_tool_turn] * 5) for _ in range(5)]  # about 10 MiB, as a multi-turn agent's batch
+        body = json.dumps({"model_id": model["id"], "trajectory_groups": big}).encode()
+        assert len(body) > 8 * 1024 * 1024
+        taken = http.post("/training-jobs", content=body, headers={"Content-Type": "application/json"})
+        assert taken.status_code == 200, taken.text
+        events = _wait_for_end(http, taken.json()["id"])
+        assert events[-1]["type"] == "training_failed"  # the trajectories are past the tokens a row may hold
+        assert "tokens" in events[-1]["data"]["error_message"]
+
+
+def _wait_for_end(http: httpx.Client, job_id: str, *, within_s: float = 240) -> list[dict]:
+    import time
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        events = http.get(f"/training-jobs/{job_id}/events").json()["data"]
+        if events and events[-1]["type"] in ("training_ended", "training_failed"):
+            return events
+        time.sleep(0.5)
+    raise AssertionError(f"training job {job_id} did not end in {within_s} s")
+
+
+def _group(*, rewards: tuple[float, ...] = (0.0, 1.0), extra: list[dict] | None = None) -> dict:
+    """A group as ART's client dumps it: replies as Choices with ``token_id:N`` logprobs."""
+    choice = {"finish_reason": "stop", "index": 0, "message": {"role": "assistant", "content": "red"},
+              "logprobs": {"content": [{"token": "token_id:1001", "bytes": None, "logprob": -1.5, "top_logprobs": []},
+                                       {"token": "token_id:2", "bytes": None, "logprob": -0.5, "top_logprobs": []}]}}  # fmt: skip
+    trajectories = [{"messages_and_choices": [*MESSAGES, *(extra or []), choice], "reward": reward} for reward in rewards]
+    return {"trajectories": trajectories, "exceptions": [], "metadata": {}, "metrics": {}, "logs": []}
