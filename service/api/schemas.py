@@ -237,8 +237,9 @@ class ChatCompletionCreate(ChatCompletionRequest):
     Other OpenAI parameters are accepted and ignored, except ``stream``, which is refused."""
 
     model: str = Field(
-        min_length=1, max_length=128, description="`JOB_ID` (the job's best validation step, else its latest "
-        "checkpoint), or `JOB_ID@STEP` with STEP a number, `best` or `latest`.",
+        min_length=1, max_length=256, description="`JOB_ID` (the job's best validation step, else its latest "
+        "checkpoint), or `JOB_ID@STEP` with STEP a number, `best` or `latest`; a model ART's client registered: "
+        "`wandb-artifact:///ENTITY/PROJECT/NAME` or `...:stepN`.",
     )  # fmt: skip
     messages: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_MESSAGES)
     n: int = Field(1, ge=1, le=MAX_COMPLETIONS)

@@ -20,12 +20,14 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictBool, StrictInt
 from sqlmodel import Session, col, select
 from starlette.exceptions import HTTPException
 
 from service import tenancy
 from service.api.deps import CallerDep, EngineDep, SessionDep, SettingsDep
+from service.api.errors import ErrorBody
+from service.api.schemas import OpenAIErrorBody
 from service.api.threads import in_request_thread
 from service.art_client import batches, names, registry
 from service.art_client.runner import EVENT_KINDS
@@ -61,7 +63,15 @@ class PreviewRoute(APIRoute):
 
 _CODES = {401: "invalid_api_key", 404: "not_found", 409: "conflict", 413: "request_too_large", 422: "invalid_request",
           429: "rate_limit_exceeded"}  # fmt: skip
-router = APIRouter(prefix="/v1/preview", tags=["ART client"], route_class=PreviewRoute)
+RESPONSES: dict[int | str, dict[str, Any]] = {
+    "4XX": {"model": OpenAIErrorBody, "description": "Refused, in OpenAI's error envelope: 401 no or a wrong token, 404 no "
+            "such model or training job of yours, 409 a conflict, 422 a malformed request."},
+    413: {"model": ErrorBody, "description": "The body is larger than ARTSVC_MAX_BODY_BYTES (a training job's: "
+          "ARTSVC_CLIENT_BATCH_MAX_BYTES)."},
+    429: {"model": ErrorBody | OpenAIErrorBody, "description": "Too many requests of this credential in progress "
+          "(`detail`), or too many jobs queued (OpenAI's envelope); retry after `Retry-After` seconds."},
+}  # fmt: skip
+router = APIRouter(prefix="/v1/preview", tags=["ART client"], route_class=PreviewRoute, responses=RESPONSES)
 
 
 class ModelCreate(BaseModel):
@@ -69,7 +79,7 @@ class ModelCreate(BaseModel):
     project: str = Field(pattern=NAME)
     name: str = Field(pattern=NAME)
     base_model: str = Field(min_length=1, max_length=255)
-    return_existing: bool = True
+    return_existing: StrictBool = True
 
 
 class ModelPublic(BaseModel):
@@ -93,7 +103,7 @@ class CheckpointPage(BaseModel):
 
 
 class CheckpointsDelete(BaseModel):
-    steps: list[int] = Field(max_length=MAX_STEPS_PER_DELETE)
+    steps: list[Annotated[StrictInt, Field(ge=0, le=2**31 - 1)]] = Field(max_length=MAX_STEPS_PER_DELETE)
 
 
 class CheckpointsDeleted(BaseModel):
@@ -195,8 +205,7 @@ def delete_checkpoints(
     return CheckpointsDeleted(deleted_count=len(wanted & set(steps)), not_found_steps=sorted(wanted - set(steps)))
 
 
-@router.post("/training-jobs", response_model=TrainingJobCreated, responses={413: {"description": "The batch is "
-             "larger than ARTSVC_CLIENT_BATCH_MAX_BYTES."}})  # fmt: skip
+@router.post("/training-jobs", response_model=TrainingJobCreated)
 async def create_training_job(request: Request, caller: CallerDep, settings: SettingsDep, store: EngineDep) -> TrainingJobCreated:
     """Queue one training step of a model on the posted trajectory groups (`{"model_id", "trajectory_groups",
     "experimental_config"}`, as ART's client posts them): the body is read to disk as it arrives and checked field by

@@ -18,7 +18,9 @@ from service.auth import create_token
 from service.settings import Settings
 from service.spec import JobSpec
 from service.store import runs
-from service.store.tables import Alert, ExampleResult, Job, JobEvent, Role, SampledTrajectory, TrainingStep, ValidationPoint
+from service.store.tables import (
+    Alert, ClientModel, ExampleResult, Job, JobEvent, Role, SampledTrajectory, TrainingStep, ValidationPoint,
+)  # fmt: skip
 
 # positive_data_acceptance is left out: values the schema can only call strings (an installed
 # environment, an opaque cursor) are rightly refused when they name nothing.
@@ -66,7 +68,7 @@ def test_no_request_makes_a_server_error_and_responses_match_the_schema(case):
 def reset_jobs(engine) -> None:
     """Every job-related row gone and one queued math job: the state each workflow example starts from."""
     with Session(engine) as session:
-        for table in (ExampleResult, JobEvent, SampledTrajectory, Alert, ValidationPoint, TrainingStep):
+        for table in (ExampleResult, JobEvent, SampledTrajectory, Alert, ValidationPoint, TrainingStep, ClientModel):
             session.exec(delete(table))
         session.exec(update(Job).values(parent_id=None))
         session.exec(delete(Job))

@@ -189,3 +189,46 @@ def _group(*, rewards: tuple[float, ...] = (0.0, 1.0), extra: list[dict] | None 
                                        {"token": "token_id:2", "bytes": None, "logprob": -0.5, "top_logprobs": []}]}}  # fmt: skip
     trajectories = [{"messages_and_choices": [*MESSAGES, *(extra or []), choice], "reward": reward} for reward in rewards]
     return {"trajectories": trajectories, "exceptions": [], "metadata": {}, "metrics": {}, "logs": []}
+
+
+def test_a_worker_killed_mid_batch_is_taken_over_and_no_step_is_lost_or_taken_twice(
+    live_server, engine, tiny_lm, start_worker, settings
+):
+    import shutil
+    import time
+
+    from sqlmodel import Session, select
+
+    from service.backends import layout
+    from service.store.tables import ClientModel, TrainingStep
+
+    _, headers = seeding.principal(engine)
+    with httpx.Client(base_url=f"{live_server}/v1/preview", timeout=60, headers=headers) as http:
+        model = http.post("/models", json={"project": "p", "name": "m", "base_model": str(tiny_lm)}).json()
+        doomed = start_worker()
+        job = http.post("/training-jobs", json={"model_id": model["id"], "trajectory_groups": [_group(), _group()]}).json()
+        deadline = time.monotonic() + 120
+        while not http.get(f"/training-jobs/{job['id']}/events").json()["data"]:  # training_started: the job is claimed
+            assert time.monotonic() < deadline, doomed.log()
+            time.sleep(0.05)
+        doomed.process.kill()  # kill -9, wherever it was
+        doomed.process.wait()
+        start_worker()
+        assert _wait_for_end(http, job["id"])[-1]["type"] == "training_ended"
+
+        # a crash after the checkpoint was written but before the step was recorded leaves a checkpoint past the record
+        with Session(engine) as session:
+            series_id = session.exec(select(ClientModel.job_id).where(ClientModel.id == model["id"])).one()
+        folder = layout.model_dir(layout.models_root(settings.data_dir), layout.job_model_name(series_id, "m"))
+        shutil.copytree(layout.checkpoint_dir(folder, 1), layout.checkpoint_dir(folder, 2))
+        listed = http.get(f"/models/{model['id']}/checkpoints").json()["data"]
+        assert [c["step"] for c in listed] == [0, 1]  # what the store has not recorded is not a checkpoint
+        second = http.post("/training-jobs", json={"model_id": model["id"], "trajectory_groups": [_group()]}).json()
+        ended = _wait_for_end(http, second["id"])
+        assert ended[-1]["type"] == "training_ended" and ended[-1]["data"]["step"] == 2
+        listed = http.get(f"/models/{model['id']}/checkpoints", params={"order": "desc", "limit": 1}).json()
+        assert [c["step"] for c in listed["data"]] == [2] and listed["has_more"]
+        assert "loss" in listed["data"][0]["metrics"]
+    with Session(engine) as session:
+        steps = session.exec(select(TrainingStep.step).where(TrainingStep.job_id == series_id)).all()
+    assert sorted(steps) == [1, 2]
