@@ -263,11 +263,12 @@ class Settings(BaseSettings):
         "finish_reason `length` (empty if the prompt was not read yet), so one request's work is bounded.",
     )
     inference_max_waiting_per_tenant: int = Field(
-        4,
+        64,
         ge=0,
         le=1_000,
         description="Chat completions one caller may have waiting for the inference process (429 beyond, for that "
-        "caller only); the process serves the callers that wait round-robin.",
+        "caller only); the process serves the callers that wait round-robin. An ART script sends a step's rollouts "
+        "at once (groups x group size), so 64.",
     )
     inference_max_active_callers: int = Field(
         4,

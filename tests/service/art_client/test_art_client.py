@@ -232,3 +232,24 @@ def test_a_worker_killed_mid_batch_is_taken_over_and_no_step_is_lost_or_taken_tw
     with Session(engine) as session:
         steps = session.exec(select(TrainingStep.step).where(TrainingStep.job_id == series_id)).all()
     assert sorted(steps) == [1, 2]
+
+
+def test_the_readme_example_trains_against_artsvc_serve(engine, tiny_lm, tmp_path):
+    """README's "Train your own agent from ART" script, as it is, against `artsvc serve --local` and its worker."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.service.processes import ServeProcess, environment
+
+    env = environment(database_url=engine.url.render_as_string(hide_password=False), data_dir=tmp_path / "data")
+    server = ServeProcess(env=env, log_path=tmp_path / "serve.log")
+    try:
+        script = Path(__file__).parents[3] / "examples" / "train_from_art.py"
+        run = subprocess.run([sys.executable, str(script)], env={**env, "ARTSVC_API_URL": server.url, "BASE_MODEL": str(tiny_lm)},
+                             cwd=tmp_path, capture_output=True, text=True, timeout=240)  # fmt: skip
+        assert run.returncode == 0, run.stderr[-3000:] + server.log()
+        assert "step 1:" in run.stdout and "step 2:" in run.stdout, run.stdout
+    finally:
+        server.process.terminate()
+        server.process.wait(timeout=60)
