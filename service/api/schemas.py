@@ -234,7 +234,7 @@ StopText = Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]
 class ChatCompletionCreate(ChatCompletionRequest):
     """An OpenAI chat completion request on a trained checkpoint, every value bounded (the policy servers' request
     model; max_tokens is bounded by ARTSVC_INFERENCE_MAX_TOKENS in the route, the body by ARTSVC_MAX_BODY_BYTES).
-    Other OpenAI parameters are accepted and ignored, except ``stream``, which is refused."""
+    Other OpenAI parameters are accepted and ignored; ``stream`` sends the completion as server-sent chunks."""
 
     model: str = Field(
         min_length=1, max_length=256, description="`JOB_ID` (the job's best validation step, else its latest "

@@ -19,24 +19,27 @@ from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import StreamingResponse
 from fastapi.routing import APIRoute
 from sqlalchemy.engine import Engine
-from sqlmodel import Session
+from sqlmodel import Session, col, select
 from starlette.exceptions import HTTPException
 
 from service import checkpoints
 from service.art_client import names
 from service.art_client import serving as client_serving
-from service.api.deps import CallerDep, EngineDep, SettingsDep, visible_job
+from service.api.deps import CallerDep, EngineDep, SessionDep, SettingsDep, visible_job
 from service.api.errors import ErrorBody
 from service.api.routes.jobs import MAX_STEP
 from service.api.schemas import ChatCompletionCreate, OpenAIErrorBody
 from service.api.threads import in_request_thread
 from service.auth import Principal
+from service.backends import openai_stream
 from service.backends.openai_server import ServingError, error_response, validation_message
 from service.inference import InferenceEngine
 from service.settings import Settings
 from service.store import runs
+from service.store.tables import ClientModel, Job, JobKind
 
 CODES = {400: "invalid_request", 401: "invalid_api_key", 403: "permission_denied", 404: "model_not_found",
          409: "model_not_servable", 415: "invalid_request", 422: "invalid_request"}  # fmt: skip
@@ -84,14 +87,25 @@ async def chat_completions(
 ) -> dict[str, Any]:
     """An OpenAI `chat.completion` from a checkpoint of one of your jobs (transformers backend): `n`, `temperature`,
     `top_p`, `max_tokens`, `stop`, `seed`, `logprobs` (tokens named `token_id:N`), `top_logprobs` and `tools`
-    (Hermes tool calls returned as `tool_calls`). Without `max_tokens`, up to ARTSVC_INFERENCE_MAX_TOKENS."""
+    (Hermes tool calls returned as `tool_calls`). Without `max_tokens`, up to ARTSVC_INFERENCE_MAX_TOKENS. `stream`:
+    the completion as server-sent `chat.completion.chunk` events ending in `[DONE]`, once it is sampled."""
     limit = settings.inference_max_tokens
     for name in ("max_tokens", "max_completion_tokens"):
         if (value := getattr(body, name)) is not None and value > limit:
             raise ServingError(400, f"invalid request: {name}: at most {limit} (ARTSVC_INFERENCE_MAX_TOKENS)",
                                "invalid_request")  # fmt: skip
-    if (body.model_extra or {}).get("stream"):
-        raise ServingError(400, "invalid request: stream: streaming is not supported", "invalid_request")
+    stream = (body.model_extra or {}).get("stream")
+    if stream not in (None, True, False):
+        raise ServingError(400, "invalid request: stream: a boolean is expected", "invalid_request")
+    answer = await _complete(body, request, caller=caller, settings=settings, store=store)
+    if stream:
+        return StreamingResponse(openai_stream.chunks(answer), media_type="text/event-stream")  # type: ignore[return-value]
+    return answer
+
+
+async def _complete(
+    body: ChatCompletionCreate, request: Request, *, caller: Principal, settings: Settings, store: Engine
+) -> dict[str, Any]:
     inference: InferenceEngine = request.app.state.inference
     threads = request.app.state.request_threads
     if names.is_artifact_name(body.model):  # a model of ART's client: logprobs always, as ART's own server does
@@ -104,6 +118,29 @@ async def chat_completions(
                                                  model=body.model)  # fmt: skip
     served_name = f"{job_id}@{checkpoint.step}"
     return await unless_disconnected(request, inference.complete(checkpoint.path, body, model=served_name, tenant=caller.id))
+
+
+MAX_LISTED_JOBS = 100  # the newest jobs /v1/models lists
+
+
+@router.get("/models", responses=RESPONSES)
+def list_models(session: SessionDep, caller: CallerDep) -> dict[str, Any]:
+    """The models you can sample from here, as OpenAI lists them: the models your ART client registered (named as ART
+    names them: their newest checkpoint) and your newest training jobs of the transformers backend (by id: the best
+    step, else the latest)."""
+    models = session.exec(select(ClientModel).where(col(ClientModel.owner_id) == caller.id)
+                          .order_by(col(ClientModel.created_at).desc())).all()  # fmt: skip
+    series = {model.job_id for model in models}
+    jobs = session.exec(select(Job).where(col(Job.owner_id) == caller.id, col(Job.kind) == JobKind.training)
+                        .order_by(col(Job.created_at).desc()).limit(MAX_LISTED_JOBS + len(series))).all()  # fmt: skip
+    data = [_listed(names.artifact_name(m.entity, m.project, m.name), m.created_at.timestamp()) for m in models]
+    data += [_listed(job.id, job.created_at.timestamp()) for job in jobs
+             if job.id not in series and checkpoints.job_backend(job) == "transformers"][:MAX_LISTED_JOBS]  # fmt: skip
+    return {"object": "list", "data": data}
+
+
+def _listed(model_id: str, created: float) -> dict[str, Any]:
+    return {"id": model_id, "object": "model", "created": int(created), "owned_by": "artsvc"}
 
 
 async def unless_disconnected(request: Request, work: Coroutine[Any, Any, T]) -> T:

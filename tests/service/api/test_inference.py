@@ -210,7 +210,7 @@ def test_requests_past_their_bounds_are_bad_requests_in_openais_envelope(live_se
     too_many_tools = [{"type": "function", "function": {"name": f"f{i}", "parameters": {}}} for i in range(33)]
     for extra in ({"n": 9}, {"max_tokens": 513}, {"max_completion_tokens": 513}, {"temperature": 2.5}, {"top_p": 0},
                   {"stop": ["a", "b", "c", "d", "e"]}, {"tools": too_many_tools}, {"tools": [{"type": "function"}]},
-                  {"stream": True},
+                  {"stream": "yes"},
                   {"messages": []}, {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
                   {"messages": [{"role": "user", "content": "hello " * 2500}]}):  # fmt: skip
         arguments = {"model": job_id, "messages": MESSAGES, "max_tokens": 2} | extra

@@ -253,3 +253,20 @@ def test_the_readme_example_trains_against_artsvc_serve(engine, tiny_lm, tmp_pat
     finally:
         server.process.terminate()
         server.process.wait(timeout=60)
+
+
+def test_a_registered_model_is_listed_and_streams_the_completion_it_answers(live_server, engine, tiny_lm):
+    """Before any training the base model answers (step 0); `stream=True` gives the same greedy reply in chunks."""
+    _, headers = seeding.principal(engine)
+    key = headers["Authorization"].removeprefix("Bearer ")
+    with httpx.Client(base_url=f"{live_server}/v1/preview", timeout=60, headers=headers) as http:
+        http.post("/models", json={"entity": "me", "project": "p", "name": "m", "base_model": str(tiny_lm)}).raise_for_status()
+    client = openai.OpenAI(base_url=f"{live_server}/v1", api_key=key, max_retries=0, timeout=120)
+    name = "wandb-artifact:///me/p/m"
+    assert name in [model.id for model in client.models.list()]
+    whole = client.chat.completions.create(model=name, messages=MESSAGES, max_tokens=12, temperature=0)  # type: ignore[arg-type]
+    assert whole.model == name + ":step0" and whole.choices[0].logprobs is not None
+    streamed = client.chat.completions.create(model=name, messages=MESSAGES, max_tokens=12, temperature=0, stream=True)  # type: ignore[arg-type]
+    parts = list(streamed)
+    assert "".join(p.choices[0].delta.content or "" for p in parts if p.choices) == whole.choices[0].message.content
+    assert [p.choices[0].finish_reason for p in parts if p.choices][-1] == whole.choices[0].finish_reason
