@@ -263,12 +263,12 @@ class Settings(BaseSettings):
         "finish_reason `length` (empty if the prompt was not read yet), so one request's work is bounded.",
     )
     inference_max_waiting_per_tenant: int = Field(
-        64,
+        4,
         ge=0,
         le=1_000,
-        description="Chat completions one caller may have waiting for the inference process (429 beyond, for that "
-        "caller only); the process serves the callers that wait round-robin. An ART script sends a step's rollouts "
-        "at once (groups x group size), so 64.",
+        description="Batches of chat completions one caller may have waiting for the inference process (429 beyond, "
+        "for that caller only); the process serves the callers that wait round-robin. A caller's requests on one "
+        "checkpoint that arrive together form one batch of up to 64 completions (an ART step's rollouts).",
     )
     inference_max_active_callers: int = Field(
         4,

@@ -5,10 +5,11 @@ at once (service/inference/turns.py).
 
 It settles as the workers do (their CPU policy, SIGTERM when the API dies: service/worker/supervisor.py), runs torch
 on the threads its environment allows (``OMP_NUM_THREADS``), and reads JSON lines on stdin:
-``{"op": "complete", "id", "folder", "model", "request", "default_max_tokens", "bounds"}`` (``folder`` None: the
-base model ``base_model``, converted into ``cache_dir`` as training does) and ``{"op": "cancel",
-"id"}``. It writes one JSON line per completion to its stdout: ``{"id", "body"}``, ``{"id", "error": {"status",
-"message", "code"}}`` or ``{"id", "cancelled": true}``. A cancel, the deadline in ``bounds`` (seconds of the request's
+``{"op": "complete", "id", "folder", "members": [{"model", "request"}], "default_max_tokens", "bounds"}`` (one
+caller's requests on one checkpoint, decoded together; ``folder`` None: the base model ``base_model``, converted into
+``cache_dir`` as training does) and ``{"op": "cancel",
+"id"}``. It writes one JSON line per message to its stdout: ``{"id", "answers": [{"body"} or {"error"}, ...]}`` (one
+per member), ``{"id", "error": {"status", "message", "code"}}`` (every member's) or ``{"id", "cancelled": true}``. A cancel, the deadline in ``bounds`` (seconds of the request's
 own work) and a hand-over of the model are seen before each chunk of the prompt encoded and each token decoded. The last ``CACHE_SIZE`` checkpoints used stay loaded, keyed by
 directory, modification time and inode, so a checkpoint rewritten in place loads again. Closing stdin ends it.
 """
@@ -88,29 +89,45 @@ class Checkpoints:
 def answer(
     message: dict[str, Any], checkpoints: Checkpoints, cancelled: threading.Event, work: Work
 ) -> dict[str, Any]:
-    """The reply to one ``complete`` message, worked on while ``work`` holds the model: the prompt's size is checked
-    before any forward pass."""
+    """The reply to one ``complete`` message, worked on while ``work`` holds the model: its members (one caller's
+    requests on one checkpoint) decoded together, each prompt's size checked before any forward pass. A member the
+    template or the bounds refuse gets its own error; the checkpoint failing to load is every member's."""
     reply: dict[str, Any] = {"id": message["id"]}
     if cancelled.is_set():
         return reply | {"cancelled": True}
+    members = message["members"]
+    answers: list[dict[str, Any]] = [{} for _ in members]
     try:
-        request = ChatCompletionRequest.model_validate(message["request"])
         bounds = Bounds(**message["bounds"])
         if message.get("folder") is None:
-            model = checkpoints.base(message["base_model"], Path(message["cache_dir"]), message["model"])
+            model = checkpoints.base(message["base_model"], Path(message["cache_dir"]), members[0]["model"])
         else:
-            model = checkpoints.get(Path(message["folder"]), message["model"])
-        sampling = model.sampling_request(request, default_max_tokens=message["default_max_tokens"])
-        bounds.check_prompt(prompt_tokens=len(sampling.prompt_ids), n=sampling.n)
-        started_s = work.share()  # loading the checkpoint is not the request's sampling time
-        body = model.complete(request, sampling, model=message["model"],
-                              should_stop=lambda: cancelled.is_set() or work.share() - started_s > bounds.deadline_s)
+            model = checkpoints.get(Path(message["folder"]), members[0]["model"])
+        work_items = []
+        for index, member in enumerate(members):
+            try:
+                request = ChatCompletionRequest.model_validate(member["request"])
+                sampling = model.sampling_request(request, default_max_tokens=message["default_max_tokens"])
+                bounds.check_prompt(prompt_tokens=len(sampling.prompt_ids), n=sampling.n)
+            except ServingError as exc:
+                answers[index] = {"error": _error(exc)}
+                continue
+            work_items.append((index, request, sampling, member["model"]))
+        started_s = work.share()  # loading the checkpoint is not the requests' sampling time
+        bodies = model.complete_many([item[1:] for item in work_items],
+                                     should_stop=lambda: cancelled.is_set() or work.share() - started_s > bounds.deadline_s)  # fmt: skip
+        for (index, *_), body in zip(work_items, bodies):
+            answers[index] = {"body": body}
     except ServingError as exc:
-        return reply | {"error": {"status": exc.status, "message": exc.message, "code": exc.code}}
+        return reply | {"error": _error(exc)}
     except Exception:
         logger.exception("a chat completion failed")
         return reply | {"error": {"status": 500, "message": "the model failed on this request", "code": "server_error"}}
-    return reply | ({"cancelled": True} if cancelled.is_set() else {"body": body})
+    return reply | ({"cancelled": True} if cancelled.is_set() else {"answers": answers})
+
+
+def _error(exc: ServingError) -> dict[str, Any]:
+    return {"status": exc.status, "message": exc.message, "code": exc.code}
 
 
 def read_requests(source: IO[str], work: queue.Queue[dict[str, Any]], cancels: dict[int, threading.Event]) -> None:

@@ -90,7 +90,17 @@ class CheckpointModel:
     ) -> dict[str, Any]:  # fmt: skip
         """The ``chat.completion`` body for ``request`` sampled as ``sampling``, answered as ``model``; sampling
         ends early once ``should_stop()`` is true."""
-        [samples] = self.generator.generate([sampling], should_stop=should_stop)
-        return openai_server.completion(
-            request, self.format, model=model, samples=samples, prompt_tokens=len(sampling.prompt_ids)
-        )
+        [body] = self.complete_many([(request, sampling, model)], should_stop=should_stop)
+        return body
+
+    def complete_many(
+        self, items: list[tuple[ChatCompletionRequest, SamplingRequest, str]], *, should_stop: Callable[[], bool] | None = None
+    ) -> list[dict[str, Any]]:
+        """``complete`` for each ``(request, sampling, model)``, decoded together in one batch (as the training
+        backend's policy server decodes a step's rollouts)."""
+        if not items:
+            return []
+        results = self.generator.generate([sampling for _, sampling, _ in items], should_stop=should_stop)
+        return [openai_server.completion(request, self.format, model=model, samples=samples,
+                                         prompt_tokens=len(sampling.prompt_ids))
+                for (request, sampling, model), samples in zip(items, results)]  # fmt: skip

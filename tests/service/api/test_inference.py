@@ -298,7 +298,7 @@ def test_one_tenants_flood_waits_its_turns_and_requests_whose_client_left_stop(
 
     answered = send_raw(live_server, key, long)
     wait_for(lambda: turns.held)
-    waiting = [send_raw(live_server, key, long) for _ in range(2)]
+    waiting = [send_raw(live_server, key, long | {"model": f"{job_id}@{step}"}) for step in (3, 0)]  # two batches
     wait_for(lambda: turns.waiting(owner) == 2)
     refused = httpx.post(f"{live_server}/v1/chat/completions", headers={"Authorization": f"Bearer {key}"}, json=long)
     assert refused.status_code == 429 and refused.headers["retry-after"] == "5"
@@ -375,3 +375,32 @@ def load_tokenizer(adapter: ckpt.Adapter):
     tokenizer = load_tokenizer(adapter.folder)
     chat.add_tool_support(tokenizer)
     return tokenizer
+
+
+def test_a_callers_requests_that_arrive_together_are_decoded_as_one_batch(
+    app, live_server, engine, settings, owned, adapter, monkeypatch
+):
+    """What an ART step does (its rollouts at once): one message to the inference process, not eight."""
+    import asyncio
+
+    owner, key = owned
+    job_id = trained_job(engine, settings, owner, adapter)
+    process = app.state.inference.process
+    sent: list[int] = []
+    submit = process.submit
+
+    def counted(message):  # the real submit, counted
+        sent.append(len(message["members"]))
+        return submit(message)
+
+    monkeypatch.setattr(process, "submit", counted)
+    api = openai.AsyncOpenAI(base_url=f"{live_server}/v1", api_key=key, max_retries=0, timeout=60)
+
+    async def burst() -> list:
+        return await asyncio.gather(*[api.chat.completions.create(model=job_id, messages=MESSAGES, max_tokens=4,
+                                                                  temperature=0, logprobs=True) for _ in range(8)])  # fmt: skip
+
+    replies = asyncio.run(burst())
+    assert sum(sent) == 8 and len(sent) <= 2, sent
+    assert len({tuple(token_ids(r.choices[0])) for r in replies}) == 1  # the same greedy reply in every row
+    assert {r.model for r in replies} == {f"{job_id}@2"}

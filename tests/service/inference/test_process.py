@@ -20,8 +20,8 @@ from service.inference.process import InferenceProcess
 from service.settings import Settings
 
 MISSING = {
-    "folder": "/nonexistent/checkpoint", "model": "job@1", "default_max_tokens": 1,
-    "request": {"model": "job@1", "messages": [{"role": "user", "content": "hi"}]},
+    "folder": "/nonexistent/checkpoint", "default_max_tokens": 1,
+    "members": [{"model": "job@1", "request": {"model": "job@1", "messages": [{"role": "user", "content": "hi"}]}}],
     "bounds": {"max_prompt_tokens": 64, "max_completion_tokens": 64, "deadline_s": 1.0},
 }  # fmt: skip
 ROOT = Path(__file__).resolve().parents[3]
@@ -88,7 +88,7 @@ def test_a_child_that_answers_nothing_is_killed_past_the_deadline_and_replaced(t
     monkeypatch.setattr(inference, "STUCK_S", 0.5)
     settings = Settings(_env_file=None, data_dir=tmp_path, worker_cpu_policy="nice", inference_deadline_s=0.5)
     engine = inference.InferenceEngine(settings)
-    request = ChatCompletionRequest.model_validate(MISSING["request"])
+    request = ChatCompletionRequest.model_validate(MISSING["members"][0]["request"])
 
     async def status() -> int:
         try:
