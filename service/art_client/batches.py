@@ -137,14 +137,12 @@ def read(path: Path, *, max_trajectories: int) -> Batch:
 
 
 def why_untrainable(groups: list[art.TrajectoryGroup]) -> str | None:
-    """Why a GRPO step on ``groups`` would train nothing; None if some group can teach something."""
-    with_logprobs = [g for g in groups if any(_sampled_with_logprobs(t) for t in g.trajectories)]
-    if not with_logprobs:
+    """Why ``groups`` can never train (no reply sampled with logprobs: the script's mistake); None if they can. Groups
+    whose rewards are all equal are not refused: they carry no advantage this step, and the step advances without a
+    change, as ART's own LocalBackend advances it."""
+    if not any(_sampled_with_logprobs(t) for g in groups for t in g.trajectories):
         return ("nothing to train: no trajectory has an assistant Choice with logprobs (sample through this server's "
                 "chat completions, which return them, and keep the Choice objects in messages_and_choices)")  # fmt: skip
-    if all(len({t.reward for t in g.trajectories}) <= 1 for g in with_logprobs):
-        return (f"nothing to train: in each of the {len(with_logprobs)} groups with logprobs every trajectory has the "
-                "same reward, so no advantage")  # fmt: skip
     return None
 
 

@@ -153,11 +153,18 @@ def test_a_batch_with_nothing_to_train_fails_with_its_reason_and_a_batch_of_agen
     _, headers = seeding.principal(engine)
     with httpx.Client(base_url=f"{live_server}/v1/preview", timeout=60, headers=headers) as http:
         model = http.post("/models", json={"project": "p", "name": "m", "base_model": str(tiny_lm)}).json()
-        flat = _group(rewards=(0.5, 0.5))
-        job = http.post("/training-jobs", json={"model_id": model["id"], "trajectory_groups": [flat]}).json()
+        unsampled = _group()
+        for trajectory in unsampled["trajectories"]:
+            trajectory["messages_and_choices"][-1]["logprobs"] = None  # a reply sampled elsewhere: never trainable
+        job = http.post("/training-jobs", json={"model_id": model["id"], "trajectory_groups": [unsampled]}).json()
         events = _wait_for_end(http, job["id"])
         assert [e["type"] for e in events] == ["training_started", "training_failed"]
-        assert "same reward" in events[-1]["data"]["error_message"]
+        assert "no trajectory has an assistant Choice with logprobs" in events[-1]["data"]["error_message"]
+
+        flat = _group(rewards=(0.5, 0.5))  # no advantage this step: it advances unchanged, as ART's LocalBackend does
+        events = _wait_for_end(http, http.post("/training-jobs", json={"model_id": model["id"], "trajectory_groups": [flat]}).json()["id"])
+        assert [e["type"] for e in events] == ["training_started", "gradient_step", "training_ended"]
+        assert events[1]["data"]["zero_variance_groups"] == 1.0 and events[-1]["data"]["step"] == 1
 
         long_tool_turn = {"role": "tool", "tool_call_id": "c1", "content": "x" * 200_000}
         big = [_group(extra=[long_tool_turn] * 5) for _ in range(5)]  # about 10 MiB, as a multi-turn agent's batch
