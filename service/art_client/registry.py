@@ -1,6 +1,8 @@
 """Models ART's client registers: one row per (token, entity, project, name), each with the training job that holds
 its series. The job runs unleased (no worker claims it) until the model is deleted or stops on a rule; the batches the
-client posts train it (batches.py, runner.py)."""
+client posts train it (batches.py, runner.py). A model whose project is an installed environment's name ("math",
+"2048", "email", a plugin's) is validated on that environment's val split and stops by a job's rules (plateau,
+target, divergence, max steps); once stopped it takes no more training jobs."""
 
 from __future__ import annotations
 
@@ -11,15 +13,21 @@ from pathlib import Path
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
+import environments
 from service import checkpoints
 from service.auth import Principal
 from service.backends import layout
 from service.settings import Settings
-from service.spec import DEFAULT_PRETRAINED_MODEL, JobSpec, ModelSpec
+from service.spec import DEFAULT_PRETRAINED_MODEL, JobSpec, ModelSpec, ValidationSpec
 from service.store import runs
 from service.store.tables import ClientModel, Job, JobKind, JobStatus, TrainingStep, utcnow
 
-ENVIRONMENT = "art-client"  # the series job's environment: the rollouts are the client's own
+ENVIRONMENT = "art-client"  # the series job's environment when the project names none: the rollouts are the client's
+
+
+def validated(job: Job) -> bool:
+    """Whether the series job validates its checkpoints (its project named an installed environment)."""
+    return job.environment != ENVIRONMENT
 DEFAULT_ENTITY = "artsvc"  # a model registered without an entity (ART sends null unless the user set one)
 
 
@@ -48,9 +56,11 @@ def allowed_base_model(base_model: str, *, caller: Principal, settings: Settings
 
 
 def register(session: Session, *, caller: Principal, entity: str | None, project: str, name: str, base_model: str,
-             settings: Settings) -> Registered:  # fmt: skip
-    """The caller's model of that name, made now with its series job (committed) unless it exists. NotAllowed,
-    BaseModelMismatch."""
+             settings: Settings, validation: ValidationSpec | None = None) -> Registered:  # fmt: skip
+    """The caller's model of that name, made now with its series job (committed) unless it exists. A ``project``
+    named as an installed environment makes a validated model: its checkpoints are validated on the environment's
+    val split (``validation``: how; the defaults of a job if None) and its series stops by the job's rules.
+    NotAllowed, BaseModelMismatch."""
     entity = entity or DEFAULT_ENTITY
     if (existing := find(session, owner_id=caller.id, entity=entity, project=project, name=name)) is not None:
         if existing.base_model != base_model:
@@ -58,9 +68,11 @@ def register(session: Session, *, caller: Principal, entity: str | None, project
         return Registered(existing, created=False)
     if (refusal := allowed_base_model(base_model, caller=caller, settings=settings)) is not None:
         raise NotAllowed(refusal)
-    spec = JobSpec(environment=ENVIRONMENT, model=ModelSpec(name=name, base_model=base_model, backend="transformers"))
+    environment = project if project in environments.available() else ENVIRONMENT
+    spec = JobSpec(environment=environment, model=ModelSpec(name=name, base_model=base_model, backend="transformers"),
+                   validation=validation or ValidationSpec())  # fmt: skip
     now = utcnow()
-    job = Job(id=str(uuid.uuid4()), kind=JobKind.training, status=JobStatus.running, environment=ENVIRONMENT,
+    job = Job(id=str(uuid.uuid4()), kind=JobKind.training, status=JobStatus.running, environment=environment,
               spec=spec.model_dump(mode="json"), owner_id=caller.id, started_at=now, created_at=now)  # fmt: skip
     model = ClientModel(id=str(uuid.uuid4()), owner_id=caller.id, entity=entity, project=project, name=name,
                         base_model=base_model, job_id=job.id, created_at=now)  # fmt: skip

@@ -2,10 +2,12 @@
 backend (ART's tokenisation, packing and loss), recorded on the model's series job and told to the client as the
 events it polls (``training_started``, ``gradient_step``, ``training_ended`` or ``training_failed``).
 
-The step, the model's recorded step, the events and the job's end are one transaction: a crash before it leaves the
-job to be claimed again, and the run first rolls the checkpoints back to the recorded step (a checkpoint the crashed
-run wrote is dropped), so a step is neither lost nor taken twice. A model's batches run one at a time, oldest first
-(service/worker/leases.py).
+The step, the model's recorded step, the batch's own step and its ``gradient_step`` event are one transaction: a crash
+before it leaves the job to be claimed again, and the run first rolls the checkpoints back to the recorded step (a
+checkpoint the crashed run wrote is dropped), so a step is neither lost nor taken twice; a crash after it resumes past
+the training. A validated model (registry.py) is validated on its environment before its first step and after each
+step that is due, and its series stops by the job's rules; then ``training_ended`` and the batch's end commit
+together. A model's batches run one at a time, oldest first (service/worker/leases.py).
 """
 
 from __future__ import annotations
@@ -18,17 +20,20 @@ import art
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
+import environments
 from service.alerts import check_alerts
-from service.art_client import batches
+from service.art_client import batches, registry
 from service.backends import layout, make_backend
 from service.runner.control import JobCancelled, JobHooks, JobInterrupted, StopCheck, fenced
+from service.runner.finish import finish
 from service.settings import Settings, get_settings
 from service.spec import JobSpec
 from service.store import runs
 from service.store.events import append_event
 from service.store.records import StepCost
 from service.store.tables import ClientModel, Job, JobEvent, JobStatus, StopReason
-from service.training.run import sampled
+from service.training.loop import validate_if_due
+from service.training.run import Run, sampled
 from service.training.step import step_values
 
 EVENT_KINDS = ("training_started", "gradient_step", "training_ended", "training_failed")  # what the client reads
@@ -51,29 +56,38 @@ async def run_client_batch(
         model, series = _model_of(session, job)
         if not _has_event(session, job_id, "training_started"):
             append_event(session, job_id=job_id, kind="training_started", data={"num_sequences": 1})
+    trained = job.step > 0  # its step was recorded by an earlier run of this job
     stop = StopCheck(db, hooks, job_id)
     backend: art.Backend | None = None
     path = batches.path_of(data_dir, job_id)
     try:
-        if series.status is not JobStatus.running:
+        if not trained and series.status is not JobStatus.running:
             raise Untrainable(f"model {model.entity}/{model.project}/{model.name} has stopped training: "
                               f"{series.stop_reason.value if series.stop_reason else series.status.value}")  # fmt: skip
-        batch = await asyncio.to_thread(batches.read, path, max_trajectories=settings.client_batch_max_trajectories)
-        if (reason := batches.why_untrainable(batch.groups)) is not None:
+        batch = None if trained else await asyncio.to_thread(batches.read, path, max_trajectories=settings.client_batch_max_trajectories)
+        if batch is not None and (reason := batches.why_untrainable(batch.groups)) is not None:
             raise Untrainable(reason)
         backend = make_backend("transformers", data_dir=data_dir, seed=0, precision=settings.precision,
                                max_sequence_tokens=settings.client_max_sequence_tokens)  # fmt: skip
-        trainable = art.TrainableModel(name=layout.job_model_name(series.id, JobSpec.model_validate(series.spec).model.name),
-                                       project=layout.PROJECT, base_model=model.base_model, base_path=str(data_dir / "art"))  # fmt: skip
+        spec = JobSpec.model_validate(series.spec)
+        trainable = art.TrainableModel(name=layout.job_model_name(series.id, spec.model.name), project=layout.PROJECT,
+                                       base_model=model.base_model, base_path=str(data_dir / "art"))  # fmt: skip
         await stop.guard(trainable.register(backend))
         if await trainable.get_step() > model.step:  # written by a run that crashed before recording it
             await backend._delete_checkpoint_files(trainable, list(range(model.step + 1)))
-        started = time.monotonic()
-        try:
-            result = await stop.guard(backend.train(trainable, batch.groups, **batch.config.train_options()))
-        except ValueError as exc:  # the engine's refusals (a trajectory too long), before any change
-            raise Untrainable(str(exc)) from None
-        ended = _record(db, hooks, job_id, batch.groups, result, train_s=time.monotonic() - started)
+        run = _validation_run(series, spec, trainable, backend, db, hooks)
+        if run is not None and model.step == 0:
+            await stop.guard(validate_if_due(run, 0))  # the base model's point, before the first step
+        if batch is not None:
+            started = time.monotonic()
+            try:
+                result = await stop.guard(backend.train(trainable, batch.groups, **batch.config.train_options()))
+            except ValueError as exc:  # the engine's refusals (a trajectory too long), before any change
+                raise Untrainable(str(exc)) from None
+            job = _record_step(db, hooks, job_id, batch.groups, result, train_s=time.monotonic() - started)
+        if run is not None and (decision := await stop.guard(validate_if_due(run, job.step))).stop_reason is not None:
+            finish(db, hooks, series.id, status=JobStatus.succeeded, stop_reason=decision.stop_reason, decision=decision)
+        ended = _end(db, hooks, job_id)
         path.unlink(missing_ok=True)
         return ended
     except JobInterrupted:
@@ -90,10 +104,20 @@ async def run_client_batch(
             await backend.close()
 
 
-def _record(db: Engine, hooks: JobHooks, job_id: str, groups: list[art.TrajectoryGroup], result: art.types.TrainResult,
-            *, train_s: float) -> Job:  # fmt: skip
-    """The step on the model's series, its checkpoint listed (the model's step), the client's events and the job's
-    end: one transaction."""
+def _validation_run(series: Job, spec: JobSpec, model: art.TrainableModel, backend: art.Backend, db: Engine,
+                    hooks: JobHooks) -> Run | None:  # fmt: skip
+    """What validating a validated model's checkpoints takes (its writes fenced by this batch's lease); None for a
+    model that is not validated."""
+    if not registry.validated(series):
+        return None
+    env = environments.load(spec.environment, spec.environment_args)
+    return Run(series.id, spec, env, model, backend, db, hooks)
+
+
+def _record_step(db: Engine, hooks: JobHooks, job_id: str, groups: list[art.TrajectoryGroup],
+                 result: art.types.TrainResult, *, train_s: float) -> Job:  # fmt: skip
+    """The step on the model's series, its checkpoint listed (the model's step), the batch's step and its
+    ``gradient_step`` event: one transaction."""
     values = step_values(groups, result.metrics, cost=StepCost(train_s=train_s), wall_time_s=train_s)
     with fenced(db, hooks, job_id) as session:
         job = runs.get_job(session, job_id=job_id)
@@ -102,14 +126,20 @@ def _record(db: Engine, hooks: JobHooks, job_id: str, groups: list[art.Trajector
         runs.record_trajectories(session, job=series, step=result.step, split="train",
                                  rows=sampled([g.trajectories for g in groups], hooks.trajectories_per_step))  # fmt: skip
         alerts = check_alerts(session, job=series, spec=JobSpec.model_validate(series.spec))
-        model.step = result.step
-        session.add(model)
+        model.step = job.step = result.step
+        session.add_all([model, job])
         metrics = {key: float(value) for key, value in result.metrics.items()}
         append_event(session, job_id=job_id, kind="gradient_step", step=result.step, data=metrics)
-        append_event(session, job_id=job_id, kind="training_ended", step=result.step, data={"step": result.step})
-        job.step = result.step
-        runs.finish_job(session, job=job, status=JobStatus.succeeded, stop_reason=None)
     hooks.on_alert(alerts)
+    return job
+
+
+def _end(db: Engine, hooks: JobHooks, job_id: str) -> Job:
+    """``training_ended`` (the step's checkpoint is listed by then) and the batch's end, together."""
+    with fenced(db, hooks, job_id) as session:
+        job = runs.get_job(session, job_id=job_id)
+        append_event(session, job_id=job_id, kind="training_ended", step=job.step, data={"step": job.step})
+        runs.finish_job(session, job=job, status=JobStatus.succeeded, stop_reason=None)
     return job
 
 

@@ -70,7 +70,7 @@ async def run_job(
             await record_base_point(run)
             await warm_start(run)
         step = await _resume_point(run)
-        decision = await _validate_if_due(run, step)
+        decision = await validate_if_due(run, step)
         while decision.stop_reason is None:
             if (reason := _at_boundary(run)) is not None:
                 return _stop(run, step, decision, reason)
@@ -78,7 +78,7 @@ async def run_job(
                 step = await train_step(run, step + 1)
             except BudgetSpent:  # spent during the step, before any of its groups was judged: the step did not happen
                 return _stop(run, step, decision, stopping.at_boundary(cancel_requested=False, budget_spent=True))
-            decision = await _validate_if_due(run, step)
+            decision = await validate_if_due(run, step)
             await _prune_checkpoints(run, step, decision.best_step)
         return finish(db, hooks, job_id, status=JobStatus.succeeded, stop_reason=decision.stop_reason, decision=decision)
     except JobInterrupted:
@@ -118,7 +118,7 @@ async def _resume_point(run: Run) -> int:
     return step
 
 
-async def _validate_if_due(run: Run, step: int) -> Decision:
+async def validate_if_due(run: Run, step: int) -> Decision:
     """Validate at ``step`` if due (every ``every_n_steps`` and at the last step), then decide from the series."""
     due = step % run.spec.validation.every_n_steps == 0 or step >= run.spec.training.max_steps
     latest = await record_point(run, step, due=due)

@@ -35,6 +35,7 @@ from service.auth import Principal
 from service.backends import layout
 from service.backends.openai_server import error_response, validation_message
 from service.settings import Settings
+from service.spec import ValidationSpec
 from service.store import runs
 from service.store.events import append_event
 from service.store.tables import ClientModel, Job, JobEvent, JobKind, JobStatus, StopReason, utcnow
@@ -80,6 +81,10 @@ class ModelCreate(BaseModel):
     name: str = Field(pattern=NAME)
     base_model: str = Field(min_length=1, max_length=255)
     return_existing: StrictBool = True
+    validation: ValidationSpec | None = Field(
+        None, description="This server's own: how a model whose project names an installed environment is validated "
+        "(a job's `validation`; its defaults when unset). ART's client sends none.",
+    )  # fmt: skip
 
 
 class ModelPublic(BaseModel):
@@ -129,13 +134,17 @@ class EventPage(BaseModel):
 @router.post("/models", response_model=ModelPublic)
 def register_model(body: ModelCreate, session: SessionDep, caller: CallerDep, settings: SettingsDep) -> ModelPublic:
     """Register a model (`return_existing`: the caller's model of that name if it exists). Its base model must be one
-    the operator lets this token train (ARTSVC_CLIENT_BASE_MODELS), as for jobs."""
+    the operator lets this token train (ARTSVC_CLIENT_BASE_MODELS), as for jobs. A `project` named as an installed
+    environment (GET /v1/environments) makes a validated model: each due checkpoint is validated on that
+    environment's val split, and the model stops by a job's rules (plateau, target, divergence, max steps), after
+    which it takes no more training jobs."""
     if not body.return_existing and registry.find(session, owner_id=caller.id, entity=body.entity or registry.DEFAULT_ENTITY,
                                                   project=body.project, name=body.name):  # fmt: skip
         raise HTTPException(409, f"model {body.project}/{body.name} exists (return_existing is false)")
     try:
         registered = registry.register(session, caller=caller, entity=body.entity, project=body.project,
-                                       name=body.name, base_model=body.base_model, settings=settings)  # fmt: skip
+                                       name=body.name, base_model=body.base_model, settings=settings,
+                                       validation=body.validation)  # fmt: skip
     except registry.NotAllowed as exc:
         raise HTTPException(422, str(exc)) from None
     except registry.BaseModelMismatch as exc:

@@ -277,3 +277,26 @@ def test_a_registered_model_is_listed_and_streams_the_completion_it_answers(live
     parts = list(streamed)
     assert "".join(p.choices[0].delta.content or "" for p in parts if p.choices) == whole.choices[0].message.content
     assert [p.choices[0].finish_reason for p in parts if p.choices][-1] == whole.choices[0].finish_reason
+
+
+def test_a_model_named_after_an_environment_is_validated_and_stops_on_its_plateau(live_server, engine, tiny_lm, worker):
+    """Project "math": the base model's point before the first step, a point after each due step, the plateau rule
+    (min_delta 1.0: no gain can count), then no more training jobs, with the reason."""
+    from sqlmodel import Session, select
+
+    from service.store.tables import ClientModel, Job, ValidationPoint
+
+    _, headers = seeding.principal(engine)
+    validation = {"every_n_steps": 1, "max_examples": 2, "patience": 1, "min_delta": 1.0}
+    with httpx.Client(base_url=f"{live_server}/v1/preview", timeout=60, headers=headers) as http:
+        model = http.post("/models", json={"project": "math", "name": "m", "base_model": str(tiny_lm),
+                                           "validation": validation}).json()  # fmt: skip
+        job = http.post("/training-jobs", json={"model_id": model["id"], "trajectory_groups": [_group()]}).json()
+        assert _wait_for_end(http, job["id"])[-1]["type"] == "training_ended"
+        refused = http.post("/training-jobs", json={"model_id": model["id"], "trajectory_groups": [_group()]})
+        assert refused.status_code == 409 and "plateau" in refused.json()["error"]["message"]
+    with Session(engine) as session:
+        series = session.get(Job, session.exec(select(ClientModel.job_id).where(ClientModel.id == model["id"])).one())
+        points = session.exec(select(ValidationPoint.step).where(ValidationPoint.job_id == series.id)).all()
+    assert sorted(points) == [0, 1] and series.status == "succeeded" and series.stop_reason == "plateau"
+    assert series.environment == "math" and model["run_id"] == series.id
