@@ -87,9 +87,13 @@ async def run_client(base: str, data_dir: Path, args: argparse.Namespace) -> dic
     for step in range(1, args.steps + 1):
         started = time.monotonic()
         scenarios = batch_for_step(env.scenarios("train"), seed=args.seed, step=step, size=args.groups)
+        def sampling(scenario: dict, i: int) -> Sampling:  # the environment job's seeds
+            return Sampling(temperature=1.0, seed=derive_seed(args.seed, "train", step, scenario["id"], i))
+
         groups = await art.gather_trajectory_groups(
-            (art.TrajectoryGroup(env.rollout(model, s, Sampling(temperature=1.0, seed=derive_seed(args.seed, "train", step, s["id"], i)))
-                                 for i in range(args.group_size)) for s in scenarios), pbar_desc=None)  # fmt: skip
+            (art.TrajectoryGroup(env.rollout(model, s, sampling(s, i)) for i in range(args.group_size)) for s in scenarios),
+            pbar_desc=None,
+        )
         rolled = time.monotonic()
         await backend.train(model, groups, learning_rate=LEARNING_RATE)
         ends.append(time.time())
@@ -99,8 +103,9 @@ async def run_client(base: str, data_dir: Path, args: argparse.Namespace) -> dic
     with sqlite3.connect(data_dir / "artsvc.db") as db:
         jobs = db.execute("select id, created_at, started_at, finished_at from jobs where kind = 'client_batch' "
                           "order by created_at").fetchall()  # fmt: skip
+        series = "select job_id from client_models"
         worker_train = [json.loads(m).get("train_s") for (m,) in db.execute(
-            "select metrics from training_steps where job_id = (select job_id from client_models) order by step")]  # fmt: skip
+            f"select metrics from training_steps where job_id = ({series}) order by step")]
     queued_s = [_seconds(started) - _seconds(created) for _, created, started, _ in jobs]
     worked_s = [_seconds(finished) - _seconds(started) for _, _, started, finished in jobs]
     return {"step_ends_s": [e - ends[0] for e in ends], "rollout_s": rollout_s, "train_call_s": train_s,

@@ -26,12 +26,13 @@ async def main(steps: int = 2) -> None:
     model = art.TrainableModel(name="adder", project="art-demo", base_model=BASE_MODEL)
     await model.register(backend)
     for _ in range(await model.get_step(), steps):
-        problems = [(random.randint(1, 9), random.randint(1, 9)) for _ in range(4)]  # 16 rollouts at once: a token's cap
+        problems = [(random.randint(1, 9), random.randint(1, 9)) for _ in range(4)]  # 16 rollouts: a token's cap
         groups = await art.gather_trajectory_groups(
             (art.TrajectoryGroup(rollout(model, a, b) for _ in range(4)) for a, b in problems), pbar_desc="rollouts")
         result = await backend.train(model, groups, learning_rate=1e-4)
         rewards = [t.reward for g in groups for t in g.trajectories]
-        print(f"step {result.step}: mean reward {sum(rewards) / len(rewards):.2f}, loss {result.metrics.get('loss/train')}")
+        loss = result.metrics.get("loss/train")
+        print(f"step {result.step}: mean reward {sum(rewards) / len(rewards):.2f}, loss {loss}")
         await model.delete_checkpoints()  # keeps the newest (and ART's best by val/reward)
 
 

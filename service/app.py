@@ -84,8 +84,8 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     )
     errors.install(app)
     metrics.install(app)
-    batch_limits = limits.PathLimits(settings.client_batch_max_bytes, max(settings.request_body_timeout_s, BATCH_BODY_TIMEOUT_S),
-                                     "ARTSVC_CLIENT_BATCH_MAX_BYTES")  # fmt: skip
+    batch_timeout_s = max(settings.request_body_timeout_s, BATCH_BODY_TIMEOUT_S)
+    batch_limits = limits.PathLimits(settings.client_batch_max_bytes, batch_timeout_s, "ARTSVC_CLIENT_BATCH_MAX_BYTES")
     app.add_middleware(limits.BodyLimits, max_bytes=settings.max_body_bytes, timeout_s=settings.request_body_timeout_s,
                        larger={"/v1/preview/training-jobs": batch_limits})  # fmt: skip
     app.add_middleware(
@@ -97,6 +97,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     )
     if settings.local_mode or settings.trusted_hosts:  # outermost: first, so a foreign Host takes no slot
         app.add_middleware(hosts.TrustedHosts, trusted_hosts=settings.trusted_hosts)
-    for module in (jobs, checkpoints, inference, preview, evaluations, events, alerts, curves, environments, health, ui):
+    routers = (jobs, checkpoints, inference, preview, evaluations, events, alerts, curves, environments, health, ui)
+    for module in routers:
         app.include_router(module.router)
     return app

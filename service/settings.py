@@ -54,8 +54,8 @@ class Settings(BaseSettings):
     token: str | None = Field(None, description="Bearer token `artsvc submit` and `artsvc watch` send.")
     max_body_bytes: int = Field(64 * 1024, gt=0, description="Largest request body the API accepts (413 beyond).")
     client_batch_max_bytes: int = Field(
-        64 * 1024 * 1024, ge=1024, le=1024**3, description="Largest body of POST /v1/preview/training-jobs (ART's client "
-        "posts a step's trajectory groups in one body), read to disk as it arrives (413 beyond)."
+        64 * 1024 * 1024, ge=1024, le=1024**3, description="Largest body of POST /v1/preview/training-jobs (ART's "
+        "client posts a step's trajectory groups in one body), read to disk as it arrives (413 beyond)."
     )
     client_batch_max_trajectories: int = Field(
         4096, ge=1, le=100_000, description="Most trajectories in one batch ART's client posts (422 beyond)."

@@ -96,7 +96,8 @@ class BodyLimits(HTTPMiddleware):
         if declared is not None and not declared.isdigit():
             await self._refuse(send, HTTPException(400, "invalid Content-Length header"))
             return
-        limits = self.larger.get(scope.get("path", ""), PathLimits(self.max_bytes, self.timeout_s, "ARTSVC_MAX_BODY_BYTES"))
+        default = PathLimits(self.max_bytes, self.timeout_s, "ARTSVC_MAX_BODY_BYTES")
+        limits = self.larger.get(scope.get("path", ""), default)
         max_bytes, timeout_s = limits.max_bytes, limits.timeout_s
         receive = body_deadline(receive, timeout_s=timeout_s)
         received = 0
@@ -110,7 +111,8 @@ class BodyLimits(HTTPMiddleware):
                 if received > max_bytes:
                     if message.get("more_body", False):
                         await drain(receive)
-                    raise BodyTooLarge(max_bytes, limits.setting)  # FastAPI re-raises HTTPException; the error handler answers
+                    # FastAPI re-raises HTTPException; the error handler answers
+                    raise BodyTooLarge(max_bytes, limits.setting)
             return message
 
         async def tracking_send(message: Message) -> None:

@@ -141,8 +141,8 @@ def why_untrainable(groups: list[art.TrajectoryGroup]) -> str | None:
     whose rewards are all equal are not refused: they carry no advantage this step, and the step advances without a
     change, as ART's own LocalBackend advances it."""
     if not any(_sampled_with_logprobs(t) for g in groups for t in g.trajectories):
-        return ("nothing to train: no trajectory has an assistant Choice with logprobs (sample through this server's "
-                "chat completions, which return them, and keep the Choice objects in messages_and_choices)")  # fmt: skip
+        return ("nothing to train: no trajectory has an assistant Choice with logprobs (sample through this "
+                "server's chat completions, which return them, and keep the Choice objects in messages_and_choices)")
     return None
 
 
@@ -157,8 +157,9 @@ def _trajectory(raw: dict[str, Any], where: str) -> art.Trajectory:
     histories = raw.get("additional_histories") or []
     if not isinstance(histories, list):
         raise BadBatch(f"{where}.additional_histories: a list is required")
+    histories = [_history(h, f"{where}.additional_histories[{k}]") for k, h in enumerate(histories)]
     parsed = {**raw, "messages_and_choices": _items(items, f"{where}.messages_and_choices"),
-              "additional_histories": [_history(h, f"{where}.additional_histories[{k}]") for k, h in enumerate(histories)]}  # fmt: skip
+              "additional_histories": histories}
     try:
         return art.Trajectory.model_validate(parsed)
     except ValidationError as exc:

@@ -51,8 +51,9 @@ def allowed_base_model(base_model: str, *, caller: Principal, settings: Settings
     listed = settings.client_base_models
     if caller.is_operator or base_model == DEFAULT_PRETRAINED_MODEL or base_model in listed or "*" in listed:
         return None
-    return (f"base_model: {base_model!r} is not a base model this server lets client tokens use; allowed: "
-            f"{', '.join([DEFAULT_PRETRAINED_MODEL, *listed])} (the operator sets ARTSVC_CLIENT_BASE_MODELS)")  # fmt: skip
+    allowed = ", ".join([DEFAULT_PRETRAINED_MODEL, *listed])
+    return (f"base_model: {base_model!r} is not a base model this server lets client tokens use; allowed: {allowed} "
+            "(the operator sets ARTSVC_CLIENT_BASE_MODELS)")
 
 
 def register(session: Session, *, caller: Principal, entity: str | None, project: str, name: str, base_model: str,

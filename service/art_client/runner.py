@@ -37,6 +37,42 @@ from service.training.run import Run, sampled
 from service.training.step import step_values
 
 EVENT_KINDS = ("training_started", "gradient_step", "training_ended", "training_failed")  # what the client reads
+WARM_IDLE_S = 120.0  # how long a worker keeps the model it trained last loaded for the model's next batch
+
+
+class WarmModel:
+    """The client model this process trained last, kept loaded for that model's next batch: a model's batches come
+    one after another, and loading the base model and adapter again cost about 2 s a step on 2 cores (as much as the
+    step's training; bench/art_client.py). One at a time, closed after WARM_IDLE_S unused or when another replaces
+    it; taken only while its engine is at the model's recorded step (else another worker trained it since)."""
+
+    def __init__(self) -> None:
+        self._held: tuple[str, art.Backend, art.TrainableModel] | None = None
+        self._expiry: asyncio.TimerHandle | None = None
+
+    async def take(self, series_id: str, recorded_step: int) -> tuple[art.Backend, art.TrainableModel] | None:
+        held, self._held = self._held, None
+        if self._expiry is not None:
+            self._expiry.cancel()
+        if held is None:
+            return None
+        if held[0] == series_id and await held[2].get_step() == recorded_step:
+            return held[1], held[2]
+        await held[1].close()
+        return None
+
+    async def keep(self, series_id: str, backend: art.Backend, model: art.TrainableModel) -> None:
+        await self.close()
+        self._held = (series_id, backend, model)
+        self._expiry = asyncio.get_running_loop().call_later(WARM_IDLE_S, lambda: asyncio.ensure_future(self.close()))
+
+    async def close(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            await held[1].close()
+
+
+WARM = WarmModel()  # this process's
 
 
 class Untrainable(Exception):
@@ -64,17 +100,22 @@ async def run_client_batch(
         if not trained and series.status is not JobStatus.running:
             raise Untrainable(f"model {model.entity}/{model.project}/{model.name} has stopped training: "
                               f"{series.stop_reason.value if series.stop_reason else series.status.value}")  # fmt: skip
-        batch = None if trained else await asyncio.to_thread(batches.read, path, max_trajectories=settings.client_batch_max_trajectories)
+        limit = settings.client_batch_max_trajectories
+        batch = None if trained else await asyncio.to_thread(batches.read, path, max_trajectories=limit)
         if batch is not None and (reason := batches.why_untrainable(batch.groups)) is not None:
             raise Untrainable(reason)
-        backend = make_backend("transformers", data_dir=data_dir, seed=0, precision=settings.precision,
-                               max_sequence_tokens=settings.client_max_sequence_tokens)  # fmt: skip
         spec = JobSpec.model_validate(series.spec)
-        trainable = art.TrainableModel(name=layout.job_model_name(series.id, spec.model.name), project=layout.PROJECT,
-                                       base_model=model.base_model, base_path=str(data_dir / "art"))  # fmt: skip
-        await stop.guard(trainable.register(backend))
-        if await trainable.get_step() > model.step:  # written by a run that crashed before recording it
-            await backend._delete_checkpoint_files(trainable, list(range(model.step + 1)))
+        if (warm := await WARM.take(series.id, model.step)) is not None:
+            backend, trainable = warm
+        else:
+            backend = make_backend("transformers", data_dir=data_dir, seed=0, precision=settings.precision,
+                                   max_sequence_tokens=settings.client_max_sequence_tokens)  # fmt: skip
+            name = layout.job_model_name(series.id, spec.model.name)
+            trainable = art.TrainableModel(name=name, project=layout.PROJECT, base_model=model.base_model,
+                                           base_path=str(data_dir / "art"))  # fmt: skip
+            await stop.guard(trainable.register(backend))
+            if await trainable.get_step() > model.step:  # written by a run that crashed before recording it
+                await backend._delete_checkpoint_files(trainable, list(range(model.step + 1)))
         run = _validation_run(series, spec, trainable, backend, db, hooks)
         if run is not None and model.step == 0:
             await stop.guard(validate_if_due(run, 0))  # the base model's point, before the first step
@@ -86,9 +127,12 @@ async def run_client_batch(
                 raise Untrainable(str(exc)) from None
             job = _record_step(db, hooks, job_id, batch.groups, result, train_s=time.monotonic() - started)
         if run is not None and (decision := await stop.guard(validate_if_due(run, job.step))).stop_reason is not None:
-            finish(db, hooks, series.id, status=JobStatus.succeeded, stop_reason=decision.stop_reason, decision=decision)
+            finish(db, hooks, series.id, status=JobStatus.succeeded, stop_reason=decision.stop_reason,
+                   decision=decision)  # fmt: skip
         ended = _end(db, hooks, job_id)
         path.unlink(missing_ok=True)
+        await WARM.keep(series.id, backend, trainable)
+        backend = None  # kept loaded, not closed
         return ended
     except JobInterrupted:
         raise
@@ -123,8 +167,8 @@ def _record_step(db: Engine, hooks: JobHooks, job_id: str, groups: list[art.Traj
         job = runs.get_job(session, job_id=job_id)
         model, series = _model_of(session, job)
         runs.record_step(session, job=series, step=result.step, values=values)
-        runs.record_trajectories(session, job=series, step=result.step, split="train",
-                                 rows=sampled([g.trajectories for g in groups], hooks.trajectories_per_step))  # fmt: skip
+        rows = sampled([g.trajectories for g in groups], hooks.trajectories_per_step)
+        runs.record_trajectories(session, job=series, step=result.step, split="train", rows=rows)
         alerts = check_alerts(session, job=series, spec=JobSpec.model_validate(series.spec))
         model.step = job.step = result.step
         session.add_all([model, job])

@@ -31,7 +31,8 @@ def find(store: Engine, *, caller: Principal, data_dir: Path, model: str) -> Ser
     if parsed is None:
         raise ServingError(404, f"model {model[:300]!r} does not exist", "model_not_found")
     with Session(store) as session:
-        found = registry.find(session, owner_id=caller.id, entity=parsed.entity, project=parsed.project, name=parsed.name)
+        found = registry.find(session, owner_id=caller.id, entity=parsed.entity, project=parsed.project,
+                              name=parsed.name)  # fmt: skip
         if found is None:
             raise ServingError(404, f"model {model!r} does not exist", "model_not_found")
         steps = registry.checkpoint_steps(session, found, data_dir)

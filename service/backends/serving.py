@@ -169,7 +169,8 @@ class InProcessBackend(LoopbackServing):
         zero_variance = sum(1 for g in groups if len({t.reward for t in g.trajectories}) <= 1)
         given = {key: value for key, value in options.items() if key in LOSS_OPTIONS and value is not None}
         config = cast("dev.TrainConfig", {"kl_penalty_coef": kl_penalty_coef, **given})
-        metrics = await self._grpo(engine, groups, learning_rate=learning_rate, config=config, scale_rewards=scale_rewards)
+        metrics = await self._grpo(engine, groups, learning_rate=learning_rate, config=config,
+                                   scale_rewards=scale_rewards)  # fmt: skip
         counts = {"trainable_groups": float(len(groups) - zero_variance), "zero_variance_groups": float(zero_variance),
                   "learning_rate": learning_rate}  # fmt: skip
         return TrainResult(step=engine.step, metrics={**metrics, **counts})

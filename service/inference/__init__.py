@@ -12,8 +12,9 @@ as the training backend decodes a step (up to MAX_BATCH_ROWS completions). The c
 ``inference_max_active_callers`` batches at once, one per caller, switching the model between them every quarter of a
 second (baton.py); the callers take turns at those places round-robin, each with a line of at most
 ``inference_max_waiting_per_tenant`` batches waiting (turns.py): one tenant's flood slows another tenant's chat by a
-share of the model, not by the flooder's requests, and the flooder alone gets 429. A request whose client went away leaves its line, or, being answered, is cancelled in the child
-before its next token, and its turn passes on.
+share of the model, not by the flooder's requests, and the flooder alone gets 429. A request whose client went away
+leaves its batch; a batch none of whose requests is waiting leaves its line, or, being answered, is cancelled in the
+child before its next token, and its turn passes on.
 
 Importing this package loads no torch: the child does.
 """
@@ -84,7 +85,7 @@ class InferenceEngine:
     def __init__(self, settings: Settings, *, process: InferenceProcess | None = None) -> None:
         self.bounds = Bounds.of(settings)
         self.default_max_tokens = settings.inference_max_tokens
-        self.cache_dir = str(settings.data_dir / "cache" / "base-models")  # where base models are converted (as training)
+        self.cache_dir = str(settings.data_dir / "cache" / "base-models")  # base models converted there, as training
         self.turns = FairTurns(
             max_waiting=settings.inference_max_waiting_per_tenant, capacity=settings.inference_max_active_callers
         )
@@ -93,8 +94,9 @@ class InferenceEngine:
         self._forming: dict[tuple[str, str | None, str | None], _Batch] = {}  # per caller and checkpoint
 
     async def complete(
-        self, folder: Path | None, request: ChatCompletionRequest, *, model: str, tenant: str, base_model: str | None = None
-    ) -> dict[str, Any]:
+        self, folder: Path | None, request: ChatCompletionRequest, *, model: str, tenant: str,
+        base_model: str | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
         """The response body for ``request`` from the checkpoint in ``folder`` (None: the base model ``base_model``
         alone), answered as ``model``, in ``tenant``'s turn. The caller's requests on one checkpoint that arrive
         together (an ART step's rollouts) are decoded together, up to MAX_BATCH_ROWS completions. Cancelling it (the

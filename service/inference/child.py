@@ -1,17 +1,18 @@
 """The inference process: ``python -m service.inference.child --parent PID ...``, started by the API
-(service/inference/process.py). It works on each chat completion it is sent on a thread of its own, the model one
-request at a time in slices (service/inference/baton.py); the API sends at most one request per caller and a few
-at once (service/inference/turns.py).
+(service/inference/process.py). It works on each message it is sent (one caller's batch of chat completions) on a
+thread of its own, the model one message at a time in slices (service/inference/baton.py); the API sends at most one
+batch per caller and a few at once (service/inference/turns.py).
 
 It settles as the workers do (their CPU policy, SIGTERM when the API dies: service/worker/supervisor.py), runs torch
 on the threads its environment allows (``OMP_NUM_THREADS``), and reads JSON lines on stdin:
 ``{"op": "complete", "id", "folder", "members": [{"model", "request"}], "default_max_tokens", "bounds"}`` (one
 caller's requests on one checkpoint, decoded together; ``folder`` None: the base model ``base_model``, converted into
-``cache_dir`` as training does) and ``{"op": "cancel",
-"id"}``. It writes one JSON line per message to its stdout: ``{"id", "answers": [{"body"} or {"error"}, ...]}`` (one
-per member), ``{"id", "error": {"status", "message", "code"}}`` (every member's) or ``{"id", "cancelled": true}``. A cancel, the deadline in ``bounds`` (seconds of the request's
-own work) and a hand-over of the model are seen before each chunk of the prompt encoded and each token decoded. The last ``CACHE_SIZE`` checkpoints used stay loaded, keyed by
-directory, modification time and inode, so a checkpoint rewritten in place loads again. Closing stdin ends it.
+``cache_dir`` as training does) and ``{"op": "cancel", "id"}``. It writes one JSON line per message to its stdout:
+``{"id", "answers": [{"body"} or {"error"}, ...]}`` (one per member), ``{"id", "error": {"status", "message",
+"code"}}`` (every member's) or ``{"id", "cancelled": true}``. A cancel, the deadline in ``bounds`` (seconds of the
+message's own work) and a hand-over of the model are seen before each chunk of the prompt encoded and each token
+decoded. The last ``CACHE_SIZE`` checkpoints used stay loaded, keyed by directory, modification time and inode, so a
+checkpoint rewritten in place loads again. Closing stdin ends it.
 """
 
 from __future__ import annotations
@@ -63,8 +64,10 @@ class Checkpoints:
         from service.backends.transformers.inference import CheckpointModel
         from service.backends.transformers.models import resolve_base_model
 
-        return self._load(("base", base_model, 0), name,
-                          lambda: CheckpointModel.of_base(resolve_base_model(base_model, cache_dir), precision=self.precision))  # fmt: skip
+        def load() -> Any:
+            return CheckpointModel.of_base(resolve_base_model(base_model, cache_dir), precision=self.precision)
+
+        return self._load(("base", base_model, 0), name, load)
 
     def _load(self, key: tuple[str, Any, int], name: str, load: Any) -> Any:
         from service.backends.transformers.inference import NotServable  # MODEL_MODULE
@@ -114,8 +117,10 @@ def answer(
                 continue
             work_items.append((index, request, sampling, member["model"]))
         started_s = work.share()  # loading the checkpoint is not the requests' sampling time
-        bodies = model.complete_many([item[1:] for item in work_items],
-                                     should_stop=lambda: cancelled.is_set() or work.share() - started_s > bounds.deadline_s)  # fmt: skip
+        def should_stop() -> bool:
+            return cancelled.is_set() or work.share() - started_s > bounds.deadline_s
+
+        bodies = model.complete_many([item[1:] for item in work_items], should_stop=should_stop)
         for (index, *_), body in zip(work_items, bodies):
             answers[index] = {"body": body}
     except ServingError as exc:

@@ -47,7 +47,8 @@ def _batch_ahead() -> ColumnElement[bool]:
     before = or_(col(other.created_at) < col(Job.created_at),
                  and_(col(other.created_at) == col(Job.created_at), col(other.id) < col(Job.id)))  # fmt: skip
     return exists().where(
-        col(other.parent_id) == col(Job.parent_id), col(other.kind) == JobKind.client_batch, col(other.id) != col(Job.id),
+        col(other.parent_id) == col(Job.parent_id), col(other.kind) == JobKind.client_batch,
+        col(other.id) != col(Job.id),
         or_(col(other.status) == JobStatus.running, and_(col(other.status) == JobStatus.queued, before)),
     )  # fmt: skip
 

@@ -3,8 +3,8 @@ It runs evaluation jobs the same way, under the same hooks (they record only at 
 interrupted one starts over).
 
 Each job runs as an asyncio task through its kind's runner (``RUNNERS``: ``run_job``, ``run_evaluation`` or
-``run_client_batch``, one signature: service/runner/finish.py); a heartbeat renews the leases of the jobs it holds from a thread of its own (a
-step that keeps the event loop busy does not starve it), and every write of a job renews its lease in the write's own
+``run_client_batch``, one signature: service/runner/finish.py); a heartbeat renews the leases of the jobs it holds
+from a thread of its own (a step that keeps the event loop busy does not starve it), and every write of a job renews its lease in the write's own
 transaction (service/runner/control.py). A job stops at its next check (about a second apart inside a warm start, a
 step's rollouts or a validation; an evaluation's rollout), recording nothing, when the worker shuts down (its lease is released, so
 another worker resumes it at once) or when its lease was lost (another worker took it over: its writes are refused,
@@ -29,7 +29,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from service.alerts import WebhookNotifier
-from service.art_client.runner import run_client_batch
+from service.art_client.runner import WARM, run_client_batch
 from service.evaluation.runner import run_evaluation
 from service.runner.control import JobHooks, JobInterrupted
 from service.runner.finish import Runner
@@ -97,6 +97,7 @@ class Worker:
                 await asyncio.wait(tasks)
             heartbeat_stopped.set()
             await asyncio.to_thread(heartbeat.join)
+            await WARM.close()  # the client model kept loaded for its next batch
             await notifier.aclose()
             try:
                 await self._db(leases.stop_worker, worker_id=self.id)

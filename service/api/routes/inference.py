@@ -99,7 +99,8 @@ async def chat_completions(
         raise ServingError(400, "invalid request: stream: a boolean is expected", "invalid_request")
     answer = await _complete(body, request, caller=caller, settings=settings, store=store)
     if stream:
-        return StreamingResponse(openai_stream.chunks(answer), media_type="text/event-stream")  # type: ignore[return-value]
+        chunks = openai_stream.chunks(answer)
+        return StreamingResponse(chunks, media_type="text/event-stream")  # type: ignore[return-value]
     return answer
 
 
@@ -112,12 +113,13 @@ async def _complete(
         served = await in_request_thread(threads, client_serving.find, store, caller=caller, data_dir=settings.data_dir,
                                          model=body.model)  # fmt: skip
         body = body.model_copy(update={"logprobs": True}) if not body.logprobs else body
-        work = inference.complete(served.folder, body, model=served.name, tenant=caller.id, base_model=served.base_model)
-        return await unless_disconnected(request, work)
+        return await unless_disconnected(request, inference.complete(
+            served.folder, body, model=served.name, tenant=caller.id, base_model=served.base_model))
     job_id, checkpoint = await in_request_thread(threads, find_checkpoint, store, caller=caller, settings=settings,
                                                  model=body.model)  # fmt: skip
     served_name = f"{job_id}@{checkpoint.step}"
-    return await unless_disconnected(request, inference.complete(checkpoint.path, body, model=served_name, tenant=caller.id))
+    work = inference.complete(checkpoint.path, body, model=served_name, tenant=caller.id)
+    return await unless_disconnected(request, work)
 
 
 MAX_LISTED_JOBS = 100  # the newest jobs /v1/models lists

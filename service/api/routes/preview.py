@@ -57,7 +57,8 @@ class PreviewRoute(APIRoute):
             except RequestValidationError as exc:
                 return error_response(422, validation_message(exc), "invalid_request")
             except HTTPException as exc:
-                return error_response(exc.status_code, str(exc.detail), _CODES.get(exc.status_code, "error"), exc.headers)
+                code = _CODES.get(exc.status_code, "error")
+                return error_response(exc.status_code, str(exc.detail), code, exc.headers)
 
         return answer
 
@@ -65,8 +66,8 @@ class PreviewRoute(APIRoute):
 _CODES = {401: "invalid_api_key", 404: "not_found", 409: "conflict", 413: "request_too_large", 422: "invalid_request",
           429: "rate_limit_exceeded"}  # fmt: skip
 RESPONSES: dict[int | str, dict[str, Any]] = {
-    "4XX": {"model": OpenAIErrorBody, "description": "Refused, in OpenAI's error envelope: 401 no or a wrong token, 404 no "
-            "such model or training job of yours, 409 a conflict, 422 a malformed request."},
+    "4XX": {"model": OpenAIErrorBody, "description": "Refused, in OpenAI's error envelope: 401 no or a wrong token, "
+            "404 no such model or training job of yours, 409 a conflict, 422 a malformed request."},
     413: {"model": ErrorBody, "description": "The body is larger than ARTSVC_MAX_BODY_BYTES (a training job's: "
           "ARTSVC_CLIENT_BATCH_MAX_BYTES)."},
     429: {"model": ErrorBody | OpenAIErrorBody, "description": "Too many requests of this credential in progress "
@@ -138,8 +139,9 @@ def register_model(body: ModelCreate, session: SessionDep, caller: CallerDep, se
     environment (GET /v1/environments) makes a validated model: each due checkpoint is validated on that
     environment's val split, and the model stops by a job's rules (plateau, target, divergence, max steps), after
     which it takes no more training jobs."""
-    if not body.return_existing and registry.find(session, owner_id=caller.id, entity=body.entity or registry.DEFAULT_ENTITY,
-                                                  project=body.project, name=body.name):  # fmt: skip
+    entity = body.entity or registry.DEFAULT_ENTITY
+    if not body.return_existing and registry.find(session, owner_id=caller.id, entity=entity, project=body.project,
+                                                  name=body.name):  # fmt: skip
         raise HTTPException(409, f"model {body.project}/{body.name} exists (return_existing is false)")
     try:
         registered = registry.register(session, caller=caller, entity=body.entity, project=body.project,
@@ -215,7 +217,9 @@ def delete_checkpoints(
 
 
 @router.post("/training-jobs", response_model=TrainingJobCreated)
-async def create_training_job(request: Request, caller: CallerDep, settings: SettingsDep, store: EngineDep) -> TrainingJobCreated:
+async def create_training_job(
+    request: Request, caller: CallerDep, settings: SettingsDep, store: EngineDep
+) -> TrainingJobCreated:
     """Queue one training step of a model on the posted trajectory groups (`{"model_id", "trajectory_groups",
     "experimental_config"}`, as ART's client posts them): the body is read to disk as it arrives and checked field by
     field (422 naming the first bad one); the job's id comes back at once and its events tell how it went."""
@@ -253,8 +257,8 @@ def training_job_events(
         raise HTTPException(404, f"training job {job_id!r} not found")
     if after is not None and not (after.isascii() and after.isdigit()):
         raise HTTPException(422, "after: an event id is expected")
-    query = (select(JobEvent).where(col(JobEvent.job_id) == job.id, col(JobEvent.kind).in_(EVENT_KINDS),
-                                    col(JobEvent.id) > int(after or 0)).order_by(col(JobEvent.id)).limit(limit + 1))  # fmt: skip
+    mine = col(JobEvent.job_id) == job.id, col(JobEvent.kind).in_(EVENT_KINDS), col(JobEvent.id) > int(after or 0)
+    query = select(JobEvent).where(*mine).order_by(col(JobEvent.id)).limit(limit + 1)
     rows = session.exec(query).all()
     data = [EventPublic(id=str(row.id), type=row.kind, data=row.data) for row in rows[:limit]]
     return EventPage(data=data, has_more=len(rows) > limit)
@@ -277,8 +281,9 @@ def _queue_batch(store: Any, *, caller: Principal, settings: Settings, model_id:
             session.rollback()
             incoming.unlink(missing_ok=True)
             raise
-        job = Job(id=str(uuid.uuid4()), kind=JobKind.client_batch, status=JobStatus.queued, environment=series.environment,
-                  spec=series.spec, parent_id=series.id, owner_id=caller.id, created_at=utcnow())  # fmt: skip
+        job = Job(id=str(uuid.uuid4()), kind=JobKind.client_batch, status=JobStatus.queued,
+                  environment=series.environment, spec=series.spec, parent_id=series.id, owner_id=caller.id,
+                  created_at=utcnow())  # fmt: skip
         kept = batches.keep(incoming, settings.data_dir, job.id)
         try:
             runs.insert_queued(session, job)

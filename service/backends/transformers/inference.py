@@ -46,7 +46,8 @@ def base_model_dir(folder: Path) -> Path:
 
 
 class CheckpointModel:
-    """``folder``'s adapter (None: none, ``base_dir`` alone) on its base model, in eval mode, on CUDA when present, else the CPU; the base in
+    """``folder``'s adapter (None: none, ``base_dir`` alone)
+    on its base model, in eval mode, on CUDA when present, else the CPU; the base in
     ``precision`` (precision.py), the adapter in float32, as the training engine loads them."""
 
     def __init__(self, folder: Path | None, *, precision: Precision = "auto", base_dir: Path | None = None) -> None:
@@ -94,8 +95,9 @@ class CheckpointModel:
         return body
 
     def complete_many(
-        self, items: list[tuple[ChatCompletionRequest, SamplingRequest, str]], *, should_stop: Callable[[], bool] | None = None
-    ) -> list[dict[str, Any]]:
+        self, items: list[tuple[ChatCompletionRequest, SamplingRequest, str]], *,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> list[dict[str, Any]]:  # fmt: skip
         """``complete`` for each ``(request, sampling, model)``, decoded together in one batch (as the training
         backend's policy server decodes a step's rollouts)."""
         if not items:

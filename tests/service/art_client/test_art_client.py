@@ -220,8 +220,11 @@ def test_a_worker_killed_mid_batch_is_taken_over_and_no_step_is_lost_or_taken_tw
             time.sleep(0.05)
         doomed.process.kill()  # kill -9, wherever it was
         doomed.process.wait()
-        start_worker()
+        taker = start_worker()
         assert _wait_for_end(http, job["id"])[-1]["type"] == "training_ended"
+        taker.process.kill()  # the next batch starts cold (a worker keeps the model it trained last loaded)
+        taker.process.wait()
+        start_worker()
 
         # a crash after the checkpoint was written but before the step was recorded leaves a checkpoint past the record
         with Session(engine) as session:

@@ -5,8 +5,8 @@ Revises: 0008
 Create Date: 2026-11-26 19:30:00
 
 ``client_models`` names a model as ART's client knows it (entity, project, name) per token, with the job that holds
-its series (a training job that runs unleased, so no worker claims it); each batch of trajectory groups the client posts is a ``client_batch`` job whose
-``parent_id`` is that job. Job kinds are strings (no enum type to alter). The downgrade drops the table.
+its series (a training job that runs unleased, so no worker claims it); each batch of trajectory groups the client
+posts is a ``client_batch`` job whose ``parent_id`` is that job. Job kinds are strings (no enum type to alter). The downgrade drops the table.
 """
 import sqlalchemy as sa
 from alembic import op
