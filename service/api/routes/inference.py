@@ -57,7 +57,11 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 class OpenAIRoute(APIRoute):
-    """A route whose refusals (its dependencies' too: authentication, validation) use OpenAI's error envelope."""
+    """A route whose refusals (its dependencies' too: authentication, validation) use OpenAI's error envelope: an
+    invalid request is a ``validation_status``, an HTTPException's code is looked up in ``codes``."""
+
+    validation_status = 400
+    codes = CODES
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -68,9 +72,9 @@ class OpenAIRoute(APIRoute):
             except ServingError as exc:
                 return error_response(exc.status, exc.message, exc.code, exc.headers)
             except RequestValidationError as exc:
-                return error_response(400, validation_message(exc), "invalid_request")
+                return error_response(self.validation_status, validation_message(exc), "invalid_request")
             except HTTPException as exc:
-                code = CODES.get(exc.status_code, "error")
+                code = self.codes.get(exc.status_code, "error")
                 return error_response(exc.status_code, str(exc.detail), code, exc.headers)
 
         return answer

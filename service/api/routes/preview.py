@@ -13,13 +13,10 @@ from __future__ import annotations
 import asyncio
 import shutil
 import uuid
-from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request, Response
-from fastapi.exceptions import RequestValidationError
-from fastapi.routing import APIRoute
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field, StrictBool, StrictInt
 from sqlmodel import Session, col, select
 from starlette.exceptions import HTTPException
@@ -27,13 +24,13 @@ from starlette.exceptions import HTTPException
 from service import tenancy
 from service.api.deps import CallerDep, EngineDep, SessionDep, SettingsDep
 from service.api.errors import ErrorBody
+from service.api.routes.inference import OpenAIRoute
 from service.api.schemas import OpenAIErrorBody
 from service.api.threads import in_request_thread
 from service.art_client import batches, names, registry
 from service.art_client.runner import EVENT_KINDS
 from service.auth import Principal
 from service.backends import layout
-from service.backends.openai_server import error_response, validation_message
 from service.settings import Settings
 from service.spec import ValidationSpec
 from service.store import runs
@@ -45,26 +42,14 @@ MAX_STEPS_PER_DELETE = 10_000
 NAME = names.PART.pattern
 
 
-class PreviewRoute(APIRoute):
-    """A route whose refusals use OpenAI's error envelope, a malformed body a 422."""
+class PreviewRoute(OpenAIRoute):
+    """Refusals in OpenAI's error envelope, a malformed body a 422 (as ART's protocol answers it)."""
 
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def answer(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except RequestValidationError as exc:
-                return error_response(422, validation_message(exc), "invalid_request")
-            except HTTPException as exc:
-                code = _CODES.get(exc.status_code, "error")
-                return error_response(exc.status_code, str(exc.detail), code, exc.headers)
-
-        return answer
+    validation_status = 422
+    codes = {401: "invalid_api_key", 404: "not_found", 409: "conflict", 413: "request_too_large",
+             422: "invalid_request", 429: "rate_limit_exceeded"}  # fmt: skip
 
 
-_CODES = {401: "invalid_api_key", 404: "not_found", 409: "conflict", 413: "request_too_large", 422: "invalid_request",
-          429: "rate_limit_exceeded"}  # fmt: skip
 RESPONSES: dict[int | str, dict[str, Any]] = {
     "4XX": {"model": OpenAIErrorBody, "description": "Refused, in OpenAI's error envelope: 401 no or a wrong token, "
             "404 no such model or training job of yours, 409 a conflict, 422 a malformed request."},
