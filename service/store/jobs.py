@@ -19,7 +19,7 @@ from sqlmodel import Session, and_, col, or_, select
 from service.spec import JobSpec
 from service.store import runs
 from service.store.events import append_event
-from service.store.tables import Job, JobKind, JobStatus, SampledTrajectory, StopReason
+from service.store.tables import ClientModel, Job, JobKind, JobStatus, SampledTrajectory, StopReason
 
 ENDED = (JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled)
 
@@ -101,16 +101,23 @@ def list_jobs(
 
 
 def request_cancel(session: Session, *, job: Job, requested_by: str) -> Job:
-    """Cancel ``job``: a queued one ends now (cancelled); a running one is flagged and stops at its next
-    step boundary. Raises JobEnded if it already ended. Asking twice for a running job changes nothing."""
+    """Cancel ``job``: a queued one ends now (cancelled; a batch of ART's client with the ``training_failed`` event its
+    client waits for), and so does a model's series that ART's client trains (no process runs it: its model takes no
+    more training jobs); a running one is flagged and stops at its next step boundary. Raises JobEnded if it already
+    ended. Asking twice for a running job changes nothing."""
     session.refresh(job, with_for_update=True)  # a worker claiming it meanwhile wins or waits
     if job.status in ENDED:
         raise JobEnded(f"job {job.id} already ended ({job.status.value})")
-    if job.status is JobStatus.queued:
+    series = session.exec(select(ClientModel.id).where(col(ClientModel.job_id) == job.id)).first() is not None
+    if job.status is JobStatus.queued or series:
         job.cancel_requested = True
+        if job.kind == JobKind.client_batch:
+            data = {"error_message": "the training job was cancelled"}
+            append_event(session, job_id=job.id, kind="training_failed", data=data)
         runs.finish_job(
             session, job=job, status=JobStatus.cancelled, stop_reason=StopReason.cancelled,
-            best_step=None, best_val_accuracy=None, step0_val_accuracy=None,
+            best_step=job.best_step, best_val_accuracy=job.best_val_accuracy,
+            step0_val_accuracy=job.step0_val_accuracy,
         )  # fmt: skip
     elif not job.cancel_requested:
         job.cancel_requested = True

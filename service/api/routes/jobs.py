@@ -23,7 +23,7 @@ from service.api.schemas import (
 from service.api.threads import in_request_thread
 from service.spec import JobSpec
 from service.store import jobs, running, runs
-from service.store.tables import JobStatus
+from service.store.tables import JobKind, JobStatus
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
@@ -100,8 +100,12 @@ async def get_job(job_id: str, request: Request, credentials: BearerDep) -> JobP
 @router.post("/jobs/{job_id}/cancel", responses=ENDED)
 def cancel_job(job_id: str, session: SessionDep, caller: CallerDep) -> JobPublic:
     """Cancel a job (its owner or an operator): a queued job ends at once, a running one at its next
-    step boundary, with stop reason `cancelled`."""
-    job = visible_job(session, caller=caller, job_id=job_id)
+    step boundary, with stop reason `cancelled`. A training job of ART's client (`/v1/preview/training-jobs`) is
+    cancelled here too (its client reads `training_failed`), and cancelling a client model's series ends the model's
+    training."""
+    job = visible_job(session, caller=caller, job_id=job_id, kind=None)
+    if job.kind == JobKind.evaluation:  # cancelled at /v1/evaluations/{id}/cancel
+        raise HTTPException(404, f"no job {job_id[:64]!r}")
     try:
         jobs.request_cancel(session, job=job, requested_by=caller.id)
     except jobs.JobEnded as exc:

@@ -303,3 +303,18 @@ def test_a_model_named_after_an_environment_is_validated_and_stops_on_its_platea
         points = session.exec(select(ValidationPoint.step).where(ValidationPoint.job_id == series.id)).all()
     assert sorted(points) == [0, 1] and series.status == "succeeded" and series.stop_reason == "plateau"
     assert series.environment == "math" and model["run_id"] == series.id
+
+
+def test_a_queued_batch_and_a_model_are_cancelled_through_the_jobs_api(client, engine, tiny_lm):
+    """No worker runs: the queued batch ends at once with the training_failed its client waits for; cancelling the
+    model's series ends its training, and further batches are refused with the reason."""
+    _, headers = seeding.principal(engine)
+    model = client.post("/v1/preview/models", headers=headers, json={"project": "p", "name": "m", "base_model": str(tiny_lm)}).json()
+    batch = {"model_id": model["id"], "trajectory_groups": [_group()]}
+    job = client.post("/v1/preview/training-jobs", headers=headers, json=batch).json()
+    assert client.post(f"/v1/jobs/{job['id']}/cancel", headers=headers).json()["status"] == "cancelled"
+    events = client.get(f"/v1/preview/training-jobs/{job['id']}/events", headers=headers).json()["data"]
+    assert [e["type"] for e in events] == ["training_failed"] and "cancelled" in events[0]["data"]["error_message"]
+    assert client.post(f"/v1/jobs/{model['run_id']}/cancel", headers=headers).json()["status"] == "cancelled"
+    refused = client.post("/v1/preview/training-jobs", headers=headers, json=batch)
+    assert refused.status_code == 409 and "cancelled" in refused.json()["error"]["message"]
