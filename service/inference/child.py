@@ -46,6 +46,7 @@ class Checkpoints:
     def __init__(self, size: int = CACHE_SIZE, *, precision: str = "auto") -> None:
         self.size, self.precision = size, precision
         self._loaded: OrderedDict[tuple[str, int, int], Any] = OrderedDict()
+        self._users: dict[int, int] = {}  # messages answering with each loaded model (they take turns: baton.py)
 
     def get(self, folder: Path, name: str) -> Any:
         """The CheckpointModel of ``folder``; ServingError 404 if it is gone, 409 if it cannot be served."""
@@ -57,7 +58,30 @@ class Checkpoints:
         from service.backends.transformers.inference import CheckpointModel
 
         key = (str(folder), info.st_mtime_ns, info.st_ino)
+        if key not in self._loaded and (swapped := self._swap_into_idle(key, folder)) is not None:
+            return swapped
         return self._load(key, name, lambda: CheckpointModel(folder, precision=self.precision))
+
+    def _swap_into_idle(self, key: tuple[str, int, int], folder: Path) -> Any:
+        """A loaded model that no request is using, given ``folder``'s adapter in place of its own (the next step of
+        the same training: the base stays), now cached as ``folder``'s; None if none takes it."""
+        for old_key, loaded in reversed(self._loaded.items()):
+            if self._users.get(id(loaded), 0) == 0 and loaded.takes(folder):
+                loaded.swap(folder)
+                del self._loaded[old_key]
+                self._loaded[key] = loaded
+                return loaded
+        return None
+
+    def hold(self, model: Any) -> None:
+        """``model`` is answering a message until ``release``: no other checkpoint is swapped into it meanwhile."""
+        self._users[id(model)] = self._users.get(id(model), 0) + 1
+
+    def release(self, model: Any) -> None:
+        if (count := self._users.get(id(model), 0) - 1) > 0:
+            self._users[id(model)] = count
+        else:
+            self._users.pop(id(model), None)
 
     def base(self, base_model: str, cache_dir: Path, name: str) -> Any:
         """The base model ``base_model`` alone (converted into ``cache_dir`` once, as training does)."""
@@ -99,36 +123,47 @@ def answer(
     if cancelled.is_set():
         return reply | {"cancelled": True}
     members = message["members"]
-    answers: list[dict[str, Any]] = [{} for _ in members]
     try:
-        bounds = Bounds(**message["bounds"])
         if message.get("folder") is None:
             model = checkpoints.base(message["base_model"], Path(message["cache_dir"]), members[0]["model"])
         else:
             model = checkpoints.get(Path(message["folder"]), members[0]["model"])
-        work_items = []
-        for index, member in enumerate(members):
-            try:
-                request = ChatCompletionRequest.model_validate(member["request"])
-                sampling = model.sampling_request(request, default_max_tokens=message["default_max_tokens"])
-                bounds.check_prompt(prompt_tokens=len(sampling.prompt_ids), n=sampling.n)
-            except ServingError as exc:
-                answers[index] = {"error": _error(exc)}
-                continue
-            work_items.append((index, request, sampling, member["model"]))
-        started_s = work.share()  # loading the checkpoint is not the requests' sampling time
-        def should_stop() -> bool:
-            return cancelled.is_set() or work.share() - started_s > bounds.deadline_s
-
-        bodies = model.complete_many([item[1:] for item in work_items], should_stop=should_stop)
-        for (index, *_), body in zip(work_items, bodies):
-            answers[index] = {"body": body}
+        checkpoints.hold(model)
+        try:
+            answers = _answers(model, message, cancelled, work)
+        finally:
+            checkpoints.release(model)
     except ServingError as exc:
         return reply | {"error": _error(exc)}
     except Exception:
         logger.exception("a chat completion failed")
         return reply | {"error": {"status": 500, "message": "the model failed on this request", "code": "server_error"}}
     return reply | ({"cancelled": True} if cancelled.is_set() else {"answers": answers})
+
+
+def _answers(model: Any, message: dict[str, Any], cancelled: threading.Event, work: Work) -> list[dict[str, Any]]:
+    """Each member's ``{"body"}`` or ``{"error"}``, the members the bounds admit decoded as one batch."""
+    bounds = Bounds(**message["bounds"])
+    answers: list[dict[str, Any]] = [{} for _ in message["members"]]
+    admitted = []
+    for index, member in enumerate(message["members"]):
+        try:
+            request = ChatCompletionRequest.model_validate(member["request"])
+            sampling = model.sampling_request(request, default_max_tokens=message["default_max_tokens"])
+            bounds.check_prompt(prompt_tokens=len(sampling.prompt_ids), n=sampling.n)
+        except ServingError as exc:
+            answers[index] = {"error": _error(exc)}
+            continue
+        admitted.append((index, request, sampling, member["model"]))
+    started_s = work.share()  # loading the checkpoint is not the requests' sampling time
+
+    def should_stop() -> bool:
+        return cancelled.is_set() or work.share() - started_s > bounds.deadline_s
+
+    bodies = model.complete_many([item[1:] for item in admitted], should_stop=should_stop)
+    for (index, *_), body in zip(admitted, bodies):
+        answers[index] = {"body": body}
+    return answers
 
 
 def _error(exc: ServingError) -> dict[str, Any]:
