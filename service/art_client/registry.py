@@ -20,6 +20,7 @@ from service.backends import layout
 from service.settings import Settings
 from service.spec import DEFAULT_PRETRAINED_MODEL, JobSpec, ModelSpec, ValidationSpec
 from service.store import runs
+from service.store.events import append_event
 from service.store.tables import ClientModel, Job, JobKind, JobStatus, TrainingStep, utcnow
 
 ENVIRONMENT = "art-client"  # the series job's environment when the project names none: the rollouts are the client's
@@ -80,7 +81,7 @@ def register(session: Session, *, caller: Principal, entity: str | None, project
     session.add(job)
     session.flush()  # the job before the row that points at it
     session.add(model)
-    runs.append_event(session, job_id=job.id, kind="started", data={"client_model": model.id})
+    append_event(session, job_id=job.id, kind="started", data={"client_model": model.id})
     try:
         session.commit()
     except IntegrityError:  # the same name registered concurrently: theirs stands

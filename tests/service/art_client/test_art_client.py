@@ -318,3 +318,20 @@ def test_a_queued_batch_and_a_model_are_cancelled_through_the_jobs_api(client, e
     assert client.post(f"/v1/jobs/{model['run_id']}/cancel", headers=headers).json()["status"] == "cancelled"
     refused = client.post("/v1/preview/training-jobs", headers=headers, json=batch)
     assert refused.status_code == 409 and "cancelled" in refused.json()["error"]["message"]
+
+
+def test_a_batch_past_its_byte_limit_is_refused_before_it_is_read_whole(engine, settings, tiny_lm):
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+
+    small = settings.model_copy(update={"client_batch_max_bytes": 4096})
+    _, headers = seeding.principal(engine)
+    with TestClient(create_app(small, engine=engine), base_url="http://localhost") as http:
+        model = http.post("/v1/preview/models", headers=headers, json={"project": "p", "name": "m", "base_model": str(tiny_lm)}).json()
+        body = {"model_id": model["id"], "trajectory_groups": [_group(extra=[{"role": "user", "content": "x" * 8192}])]}
+        refused = http.post("/v1/preview/training-jobs", headers=headers, json=body)
+        assert refused.status_code == 413 and "ARTSVC_CLIENT_BATCH_MAX_BYTES" in refused.text
+        small_enough = {"model_id": model["id"], "trajectory_groups": [_group()]}
+        assert http.post("/v1/preview/training-jobs", headers=headers, json=small_enough).status_code == 200
+    assert not [p for p in (settings.data_dir / "client-batches").iterdir() if p.name.startswith(".incoming")]
