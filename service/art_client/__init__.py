@@ -7,3 +7,5 @@ series: steps, alerts, curves and the dashboard read it as any job's. Each batch
 (runner.py) takes one GRPO step through the transformers backend, writing the events the client polls. Sampling names
 the model as ART does (names.py): ``wandb-artifact:///{entity}/{project}/{name}[:step{N}]``.
 """
+
+EVENT_KINDS = ("training_started", "gradient_step", "training_ended", "training_failed")  # what the client reads

@@ -2,25 +2,32 @@
 field by field, and kept beside its job until the job ends.
 
 The body is ``{"model_id", "trajectory_groups", "experimental_config"}`` with the groups as ART dumps them
-(``TrajectoryGroup.model_dump(mode="json")``). Dumped ``Choice``s are recognised by their ``finish_reason`` and read
-back as ``Choice``s: ART trains on those alone, and ``Trajectory.model_validate`` would leave them plain dicts.
+(``TrajectoryGroup.model_dump(mode="json")``). The API checks that wire format here with models of its own, the
+shapes of ART's ``Trajectory`` and ``History`` (the API process imports neither ART nor torch); the worker then builds
+ART's objects from it (:func:`trajectory_groups`). Dumped ``Choice``s are recognised by their ``finish_reason`` and
+read back as OpenAI's ``Choice``: ART trains on those alone, and ``Trajectory.model_validate`` would leave them
+plain dicts.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import art
 from openai.types.chat.chat_completion import Choice
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+if TYPE_CHECKING:
+    import art
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 ART_LEARNING_RATE = 5e-6  # ServerlessBackend.train's default, should a client send none
+MetadataValue = float | int | str | bool | None  # ART's
 
 
 class BadBatch(ValueError):
@@ -51,6 +58,69 @@ class ExperimentalConfig(BaseModel):
                 "scale_rewards": True if self.scale_rewards is None else self.scale_rewards}  # fmt: skip
 
 
+def _items(items: list[Any]) -> list[Any]:
+    """Messages as dicts with a known role, dumped Choices (they carry ``finish_reason``) as Choices."""
+    parsed: list[Any] = []
+    for k, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ValueError(f"[{k}]: a message or a Choice object is required")
+        if "finish_reason" in item:
+            try:
+                parsed.append(Choice.model_validate(item))
+            except ValidationError as exc:
+                raise ValueError(f"[{k}].{_place(exc)}") from None
+        elif item.get("role") in ROLES:
+            parsed.append(item)
+        else:
+            raise ValueError(f"[{k}].role: one of {', '.join(sorted(ROLES))} is required")
+    return parsed
+
+
+class _History(BaseModel):
+    """ART's ``History``."""
+
+    messages_and_choices: list[Any]
+    tools: list[dict[str, Any]] | None = None
+
+    @field_validator("messages_and_choices")
+    @classmethod
+    def _parsed(cls, items: list[Any]) -> list[Any]:
+        return _items(items)
+
+
+class _Trajectory(_History):
+    """ART's ``Trajectory`` as it travels (``start_time`` is not sent)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    messages_and_choices: list[Any] = Field(min_length=1)
+    additional_histories: list[_History] = []
+    reward: float
+    initial_policy_version: int | None = None
+    final_policy_version: int | None = None
+    metrics: dict[str, float | int | bool] = {}
+    metadata: dict[str, MetadataValue] = {}
+    logs: list[str] = []
+
+    @field_validator("reward")
+    @classmethod
+    def _finite(cls, reward: float) -> float:
+        if not math.isfinite(reward):
+            raise ValueError("a finite number is required")
+        return reward
+
+
+class _Group(BaseModel):
+    """ART's ``TrajectoryGroup`` as it travels (its exceptions are the client's own: not trained on)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    trajectories: list[_Trajectory] = Field(min_length=1)
+    metadata: dict[str, MetadataValue] = {}
+    metrics: dict[str, float | int | bool] = {}
+    logs: list[str] = []
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -59,23 +129,35 @@ class _Body(BaseModel):
     experimental_config: ExperimentalConfig = ExperimentalConfig()
 
 
-class _Group(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    trajectories: list[dict[str, Any]] = Field(min_length=1)
-    metadata: dict[str, Any] = {}
-    metrics: dict[str, Any] = {}
-    logs: list[str] = []
-
-
 class Batch(BaseModel):
-    """A checked batch: whose model, its groups, and how to train on them."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    """A checked batch: whose model, its groups (the wire format's), and how to train on them."""
 
     model_id: str
-    groups: list[art.TrajectoryGroup]
+    groups: list[_Group]
     config: ExperimentalConfig
+
+    def trajectory_groups(self) -> list[art.TrajectoryGroup]:
+        """The groups as ART's objects (the worker's: it imports ART); BadBatch for what only ART refuses."""
+        import art
+
+        try:
+            return [
+                art.TrajectoryGroup([_art(t) for t in group.trajectories], metadata=group.metadata,
+                                    metrics=group.metrics, logs=group.logs)
+                for group in self.groups
+            ]  # fmt: skip
+        except ValidationError as exc:
+            raise BadBatch(f"trajectory_groups: {_place(exc)}") from None
+
+    def why_untrainable(self) -> str | None:
+        """Why these groups can never train (no reply sampled with logprobs: the script's mistake); None if they can.
+        Groups whose rewards are all equal are not refused: they carry no advantage this step, and the step advances
+        without a change, as ART's own LocalBackend advances it."""
+        if not any(_sampled(t) for g in self.groups for t in g.trajectories):
+            return ("nothing to train: no trajectory has an assistant Choice with logprobs (sample through this "
+                    "server's chat completions, which return them, and keep the Choice objects in "
+                    "messages_and_choices)")
+        return None
 
 
 def folder(data_dir: Path) -> Path:
@@ -118,86 +200,46 @@ def read(path: Path, *, max_trajectories: int) -> Batch:
     except (ValueError, RecursionError) as exc:
         raise BadBatch(f"body: not JSON ({str(exc)[:200]})") from None
     body = _checked(_Body, raw, "")
-    groups: list[art.TrajectoryGroup] = []
+    groups: list[_Group] = []
     count = 0
     for i, group in enumerate(body.trajectory_groups):
-        where = f"trajectory_groups[{i}]"
-        posted = _checked(_Group, group, where + ".")
-        count += len(posted.trajectories)
+        where = f"trajectory_groups[{i}]."
+        trajectories = group.get("trajectories")
+        count += len(trajectories) if isinstance(trajectories, list) else 0
         if count > max_trajectories:
             raise BadBatch(f"trajectory_groups: more than {max_trajectories} trajectories in one batch "
                            "(ARTSVC_CLIENT_BATCH_MAX_TRAJECTORIES)")  # fmt: skip
-        trajectories = [_trajectory(t, f"{where}.trajectories[{j}]") for j, t in enumerate(posted.trajectories)]
-        try:
-            groups.append(art.TrajectoryGroup(trajectories, metadata=posted.metadata, metrics=posted.metrics,
-                                              logs=posted.logs))  # fmt: skip
-        except ValidationError as exc:
-            raise BadBatch(_first_error(exc, where + ".")) from None
+        groups.append(_checked(_Group, group, where))
     return Batch(model_id=body.model_id, groups=groups, config=body.experimental_config)
 
 
-def why_untrainable(groups: list[art.TrajectoryGroup]) -> str | None:
-    """Why ``groups`` can never train (no reply sampled with logprobs: the script's mistake); None if they can. Groups
-    whose rewards are all equal are not refused: they carry no advantage this step, and the step advances without a
-    change, as ART's own LocalBackend advances it."""
-    if not any(_sampled_with_logprobs(t) for g in groups for t in g.trajectories):
-        return ("nothing to train: no trajectory has an assistant Choice with logprobs (sample through this "
-                "server's chat completions, which return them, and keep the Choice objects in messages_and_choices)")
-    return None
+def _art(trajectory: _Trajectory) -> art.Trajectory:
+    """ART's Trajectory, its Choices kept as objects (a dump would make them dicts, which ART does not train on)."""
+    import art
+
+    histories = [{"messages_and_choices": history.messages_and_choices, "tools": history.tools}
+                 for history in trajectory.additional_histories]  # fmt: skip
+    fields = trajectory.model_dump(exclude={"messages_and_choices", "additional_histories"})
+    return art.Trajectory.model_validate({**fields, "messages_and_choices": trajectory.messages_and_choices,
+                                          "additional_histories": histories})  # fmt: skip
 
 
-def _sampled_with_logprobs(trajectory: art.Trajectory) -> bool:
+def _sampled(trajectory: _Trajectory) -> bool:
     return any(isinstance(item, Choice) and item.logprobs is not None for item in trajectory.messages_and_choices)
-
-
-def _trajectory(raw: dict[str, Any], where: str) -> art.Trajectory:
-    items = raw.get("messages_and_choices")
-    if not isinstance(items, list) or not items:
-        raise BadBatch(f"{where}.messages_and_choices: a non-empty list is required")
-    histories = raw.get("additional_histories") or []
-    if not isinstance(histories, list):
-        raise BadBatch(f"{where}.additional_histories: a list is required")
-    histories = [_history(h, f"{where}.additional_histories[{k}]") for k, h in enumerate(histories)]
-    parsed = {**raw, "messages_and_choices": _items(items, f"{where}.messages_and_choices"),
-              "additional_histories": histories}
-    try:
-        return art.Trajectory.model_validate(parsed)
-    except ValidationError as exc:
-        raise BadBatch(_first_error(exc, where + ".")) from None
-
-
-def _history(raw: Any, where: str) -> Any:
-    if not isinstance(raw, dict) or not isinstance(raw.get("messages_and_choices"), list):
-        raise BadBatch(f"{where}.messages_and_choices: a list is required")
-    return {**raw, "messages_and_choices": _items(raw["messages_and_choices"], f"{where}.messages_and_choices")}
-
-
-def _items(items: list[Any], where: str) -> list[Any]:
-    """Messages as dicts with a known role, dumped Choices (they carry ``finish_reason``) as Choices."""
-    parsed: list[Any] = []
-    for k, item in enumerate(items):
-        if not isinstance(item, dict):
-            raise BadBatch(f"{where}[{k}]: a message or a Choice object is required")
-        if "finish_reason" in item:
-            try:
-                parsed.append(Choice.model_validate(item))
-            except ValidationError as exc:
-                raise BadBatch(_first_error(exc, f"{where}[{k}].")) from None
-        elif item.get("role") in ROLES:
-            parsed.append(item)
-        else:
-            raise BadBatch(f"{where}[{k}].role: one of {', '.join(sorted(ROLES))} is required")
-    return parsed
 
 
 def _checked(model: type[BaseModel], raw: Any, where: str) -> Any:
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
-        raise BadBatch(_first_error(exc, where)) from None
+        raise BadBatch(f"{where}{_place(exc)}") from None
 
 
-def _first_error(exc: ValidationError, where: str) -> str:
+def _place(exc: ValidationError) -> str:
+    """The first error as ``place: message``, the place written as the body's path (``a[0].b``)."""
     error = exc.errors()[0]
     place = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"]).lstrip(".")
-    return f"{where}{place}: {error['msg']}".rstrip(". ")[:500] if place or where else error["msg"][:500]
+    message = error["msg"].removeprefix("Value error, ")
+    if message.startswith("["):  # a message list's own place, from _items
+        place, message = place + message.split(":", 1)[0], message.split(":", 1)[1].strip()
+    return f"{place}: {message}"[:500]

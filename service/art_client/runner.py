@@ -36,7 +36,6 @@ from service.training.loop import validate_if_due
 from service.training.run import Run, sampled
 from service.training.step import step_values
 
-EVENT_KINDS = ("training_started", "gradient_step", "training_ended", "training_failed")  # what the client reads
 WARM_IDLE_S = 120.0  # how long a worker keeps the model it trained last loaded for the model's next batch
 
 
@@ -102,8 +101,9 @@ async def run_client_batch(
                               f"{series.stop_reason.value if series.stop_reason else series.status.value}")  # fmt: skip
         limit = settings.client_batch_max_trajectories
         batch = None if trained else await asyncio.to_thread(batches.read, path, max_trajectories=limit)
-        if batch is not None and (reason := batches.why_untrainable(batch.groups)) is not None:
+        if batch is not None and (reason := batch.why_untrainable()) is not None:
             raise Untrainable(reason)
+        groups = batch.trajectory_groups() if batch is not None else []
         spec = JobSpec.model_validate(series.spec)
         if (warm := await WARM.take(series.id, model.step)) is not None:
             backend, trainable = warm
@@ -122,10 +122,10 @@ async def run_client_batch(
         if batch is not None:
             started = time.monotonic()
             try:
-                result = await stop.guard(backend.train(trainable, batch.groups, **batch.config.train_options()))
+                result = await stop.guard(backend.train(trainable, groups, **batch.config.train_options()))
             except ValueError as exc:  # the engine's refusals (a trajectory too long), before any change
                 raise Untrainable(str(exc)) from None
-            job = _record_step(db, hooks, job_id, batch.groups, result, train_s=time.monotonic() - started)
+            job = _record_step(db, hooks, job_id, groups, result, train_s=time.monotonic() - started)
         if run is not None and (decision := await stop.guard(validate_if_due(run, job.step))).stop_reason is not None:
             finish(db, hooks, series.id, status=JobStatus.succeeded, stop_reason=decision.stop_reason,
                    decision=decision)  # fmt: skip
@@ -138,7 +138,7 @@ async def run_client_batch(
         raise
     except JobCancelled:
         return _fail(db, hooks, job_id, "the training job was cancelled", status=JobStatus.cancelled, path=path)
-    except Untrainable as exc:
+    except (Untrainable, batches.BadBatch) as exc:
         return _fail(db, hooks, job_id, str(exc), status=JobStatus.failed, path=path)
     except Exception as exc:
         _fail(db, hooks, job_id, f"{type(exc).__name__}: {exc}", status=JobStatus.failed, path=path)

@@ -27,8 +27,7 @@ from service.api.errors import ErrorBody
 from service.api.routes.inference import OpenAIRoute
 from service.api.schemas import OpenAIErrorBody
 from service.api.threads import in_request_thread
-from service.art_client import batches, names, registry
-from service.art_client.runner import EVENT_KINDS
+from service.art_client import EVENT_KINDS, batches, names, registry
 from service.auth import Principal
 from service.backends import layout
 from service.settings import Settings
