@@ -40,7 +40,7 @@ class _Section(BaseModel):
         section's own fields say it of themselves, so the error names the innermost field."""
         if _is_section(cls.model_fields[info.field_name].annotation):
             return value
-        if (where := _nul_in(value)) is not None:
+        if (where := nul_in(value)) is not None:
             raise PydanticCustomError("nul_character", "holds a NUL character (\\x00){where}", {"where": where})
         return value
 
@@ -49,7 +49,7 @@ def _is_section(annotation: Any) -> bool:
     return any(isinstance(a, type) and issubclass(a, _Section) for a in (annotation, *get_args(annotation)))
 
 
-def _nul_in(value: Any) -> str | None:
+def nul_in(value: Any) -> str | None:
     """Where a NUL is in a JSON value, keys included: "" in the value itself, " at [...]" inside it; None
     when nowhere. A loop with linked trails, not recursion or copied paths: nesting depth is the client's choice."""
     stack: list[tuple[Any, tuple | None]] = [(value, None)]  # (item, (its key, its parent's trail))

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from openai.types.chat.chat_completion import Choice
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from service.spec import nul_in
+
 if TYPE_CHECKING:
     import art
 
@@ -199,6 +201,8 @@ def read(path: Path, *, max_trajectories: int) -> Batch:
             raw = json.load(file)
     except (ValueError, RecursionError) as exc:
         raise BadBatch(f"body: not JSON ({str(exc)[:200]})") from None
+    if (where := nul_in(raw)) is not None:  # the store would refuse it later (PostgreSQL): refused now
+        raise BadBatch(f"body: holds a NUL character (\\x00){where}")
     body = _checked(_Body, raw, "")
     groups: list[_Group] = []
     count = 0

@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
@@ -34,6 +35,10 @@ DEFAULT_ENTITY = "artsvc"  # a model registered without an entity (ART sends nul
 
 class NotAllowed(ValueError):
     """The base model is not one the operator lets this token train."""
+
+
+class InvalidModel(ValueError):
+    """The model's fields make no job spec (a base model the transformers backend cannot name, say)."""
 
 
 class BaseModelMismatch(ValueError):
@@ -62,7 +67,7 @@ def register(session: Session, *, caller: Principal, entity: str | None, project
     """The caller's model of that name, made now with its series job (committed) unless it exists. A ``project``
     named as an installed environment makes a validated model: its checkpoints are validated on the environment's
     val split (``validation``: how; the defaults of a job if None) and its series stops by the job's rules.
-    NotAllowed, BaseModelMismatch."""
+    NotAllowed, InvalidModel, BaseModelMismatch."""
     entity = entity or DEFAULT_ENTITY
     if (existing := find(session, owner_id=caller.id, entity=entity, project=project, name=name)) is not None:
         if existing.base_model != base_model:
@@ -71,8 +76,12 @@ def register(session: Session, *, caller: Principal, entity: str | None, project
     if (refusal := allowed_base_model(base_model, caller=caller, settings=settings)) is not None:
         raise NotAllowed(refusal)
     environment = project if project in environments.available() else ENVIRONMENT
-    spec = JobSpec(environment=environment, model=ModelSpec(name=name, base_model=base_model, backend="transformers"),
-                   validation=validation or ValidationSpec())  # fmt: skip
+    try:
+        spec = JobSpec(environment=environment, validation=validation or ValidationSpec(),
+                       model=ModelSpec(name=name, base_model=base_model, backend="transformers"))  # fmt: skip
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise InvalidModel(f"{'.'.join(map(str, error['loc'])) or 'base_model'}: {error['msg']}") from None
     now = utcnow()
     job = Job(id=str(uuid.uuid4()), kind=JobKind.training, status=JobStatus.running, environment=environment,
               spec=spec.model_dump(mode="json"), owner_id=caller.id, started_at=now, created_at=now)  # fmt: skip

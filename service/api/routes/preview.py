@@ -131,7 +131,7 @@ def register_model(body: ModelCreate, session: SessionDep, caller: CallerDep, se
         registered = registry.register(session, caller=caller, entity=body.entity, project=body.project,
                                        name=body.name, base_model=body.base_model, settings=settings,
                                        validation=body.validation)  # fmt: skip
-    except registry.NotAllowed as exc:
+    except (registry.NotAllowed, registry.InvalidModel) as exc:
         raise HTTPException(422, str(exc)) from None
     except registry.BaseModelMismatch as exc:
         raise HTTPException(409, str(exc)) from None

@@ -335,3 +335,57 @@ def test_a_batch_past_its_byte_limit_is_refused_before_it_is_read_whole(engine, 
         small_enough = {"model_id": model["id"], "trajectory_groups": [_group()]}
         assert http.post("/v1/preview/training-jobs", headers=headers, json=small_enough).status_code == 200
     assert not [p for p in (settings.data_dir / "client-batches").iterdir() if p.name.startswith(".incoming")]
+
+
+def test_the_posted_experimental_config_reaches_arts_loss_and_packing(client, engine, settings, tiny_lm, monkeypatch):
+    """The batch's run, in this process: ART's loss gets the posted options (and the learning rate its step), packing
+    the advantage balance."""
+    from service.art_client.runner import WARM, run_client_batch
+    from service.backends.transformers import engine as policy_engine
+    from service.backends.transformers import training
+
+    seen: dict = {}
+    grpo_step, pack = training.grpo_step, training.pack
+
+    def grpo_seen(*args, **kwargs):  # the real step, its arguments kept
+        seen.update(config=kwargs["config"], learning_rate=kwargs["learning_rate"])
+        return grpo_step(*args, **kwargs)
+
+    def pack_seen(*args, **kwargs):
+        seen.update(advantage_balance=kwargs["advantage_balance"])
+        return pack(*args, **kwargs)
+
+    monkeypatch.setattr(policy_engine.training, "grpo_step", grpo_seen)
+    monkeypatch.setattr(policy_engine.training, "pack", pack_seen)
+    _, headers = seeding.principal(engine)
+    model = client.post("/v1/preview/models", headers=headers, json={"project": "p", "name": "m", "base_model": str(tiny_lm)}).json()
+    config = {"learning_rate": 2e-5, "ppo": True, "epsilon": 0.1, "epsilon_high": 0.3, "importance_sampling_level": "sequence",
+              "advantage_balance": 0.5, "scale_rewards": False, "max_negative_advantage_importance_sampling_weight": 2.0,
+              "mask_prob_ratio": True, "kimi_k2_tau": None, "precalculate_logprobs": False}  # ART always sends every key
+    job = client.post("/v1/preview/training-jobs", headers=headers,
+                      json={"model_id": model["id"], "trajectory_groups": [_group()], "experimental_config": config}).json()
+
+    async def run():
+        try:
+            return await run_client_batch(job["id"], db=engine, data_dir=settings.data_dir, settings=settings)
+        finally:
+            await WARM.close()  # the model it kept loaded for a next batch
+
+    ended = asyncio.run(run())
+    assert ended.status == "succeeded", ended.error
+    assert seen["learning_rate"] == 2e-5 and seen["advantage_balance"] == 0.5
+    assert {k: seen["config"][k] for k in ("ppo", "epsilon", "epsilon_high", "importance_sampling_level",
+                                           "max_negative_advantage_importance_sampling_weight", "mask_prob_ratio")} == {
+        "ppo": True, "epsilon": 0.1, "epsilon_high": 0.3, "importance_sampling_level": "sequence",
+        "max_negative_advantage_importance_sampling_weight": 2.0, "mask_prob_ratio": True}  # fmt: skip
+    assert "kimi_k2_tau" not in seen["config"]  # unset: ART's default
+
+
+def test_text_the_store_would_refuse_is_refused_when_posted(client, engine):
+    _, headers = seeding.principal(engine)
+    refused = client.post("/v1/preview/models", headers=headers, json={"project": "p", "name": "m", "base_model": "a\x00b"})
+    assert refused.status_code == 422, refused.text
+    model = client.post("/v1/preview/models", headers=headers, json={"project": "p", "name": "m", "base_model": "SmolLM2-135M-Instruct"}).json()
+    group = _group(extra=[{"role": "user", "content": "nul \x00 here"}])
+    refused = client.post("/v1/preview/training-jobs", headers=headers, json={"model_id": model["id"], "trajectory_groups": [group]})
+    assert refused.status_code == 422 and "NUL" in refused.json()["error"]["message"]
