@@ -166,15 +166,19 @@ def test_a_batch_with_nothing_to_train_fails_with_its_reason_and_a_batch_of_agen
         assert [e["type"] for e in events] == ["training_started", "gradient_step", "training_ended"]
         assert events[1]["data"]["zero_variance_groups"] == 1.0 and events[-1]["data"]["step"] == 1
 
-        long_tool_turn = {"role": "tool", "tool_call_id": "c1", "content": "x" * 200_000}
-        big = [_group(extra=[long_tool_turn] * 5) for _ in range(5)]  # about 10 MiB, as a multi-turn agent's batch
+        big = [_group() for _ in range(4)]  # about 10 MiB, as a multi-turn agent's batch: its bulk in the rollouts' logs
+        for group in big:
+            for trajectory in group["trajectories"]:
+                trajectory["logs"] = ["tool output " + "x" * 100_000] * 13
         body = json.dumps({"model_id": model["id"], "trajectory_groups": big}).encode()
         assert len(body) > 8 * 1024 * 1024
         taken = http.post("/training-jobs", content=body, headers={"Content-Type": "application/json"})
         assert taken.status_code == 200, taken.text
-        events = _wait_for_end(http, taken.json()["id"])
-        assert events[-1]["type"] == "training_failed"  # the trajectories are past the tokens a row may hold
-        assert "tokens" in events[-1]["data"]["error_message"]
+        assert _wait_for_end(http, taken.json()["id"])[-1]["type"] == "training_ended"
+
+        too_long = _group(extra=[{"role": "user", "content": "word " * 9000}])  # past the 8,192 tokens a row may hold
+        events = _wait_for_end(http, http.post("/training-jobs", json={"model_id": model["id"], "trajectory_groups": [too_long]}).json()["id"])
+        assert events[-1]["type"] == "training_failed" and "tokens" in events[-1]["data"]["error_message"]
 
 
 def _wait_for_end(http: httpx.Client, job_id: str, *, within_s: float = 240) -> list[dict]:
