@@ -110,6 +110,8 @@ def test_another_tenant_gets_not_found_everywhere(live_server, engine, tiny_lm, 
             refused = http.request(method, path, json=payload, headers=theirs)
             assert refused.status_code == 404, (method, path, refused.text)
             assert "error" in refused.json()
+        for cursor in ("9" * 20, "-1", "x"):  # an event id past any integer column, or none
+            assert http.get(f"/training-jobs/{job['id']}/events", params={"after": cursor}, headers=mine).status_code == 422
         # their own model of the same name is another model
         assert http.post("/models", json=body, headers=theirs).json()["id"] != model["id"]
     sampled = openai.OpenAI(base_url=f"{live_server}/v1", api_key=theirs["Authorization"].split()[1], max_retries=0)
