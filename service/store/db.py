@@ -131,8 +131,14 @@ def _turn_of(engine: Engine) -> _WriterTurn | None:
 @functools.cache
 def _turn_of_database(database: str) -> _WriterTurn:
     """The turn of SQLite's ``database`` as a URL names it, its path resolved once (a resolve costs system calls)."""
+    return _sqlite_writer(sqlite_file(database))
+
+
+@functools.cache
+def sqlite_file(database: str) -> Path | None:
+    """The file of SQLite's ``database`` as a URL names it, resolved; None for an in-memory database."""
     in_memory = database in ("", ":memory:") or database.startswith("file::memory:")
-    return _sqlite_writer(None if in_memory else Path(database).expanduser().resolve())
+    return None if in_memory else Path(database).expanduser().resolve()
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, delete, select
 
 from service.spec import EvaluationSpec, JobSpec
-from service.store import running
+from service.store import queue_signal, running
 from service.store.events import append_event
 from service.store.progress import Progress, advance
 from service.store.records import JudgeAccount, StepCost, StepCreate, StepJudge, ValidationCreate
@@ -43,6 +43,7 @@ def queue(session: Session, job: Job) -> Job:
     """Add ``job`` (made by ``new_job``) to the queue, with its ``queued`` event."""
     session.add(job)
     append_event(session, job_id=job.id, kind="queued", data=_queued_event_data(job))
+    queue_signal.announce(session)
     return job
 
 
@@ -55,6 +56,7 @@ def insert_queued(session: Session, job: Job) -> Job:
     connection.execute(_INSERT_JOB, {column: getattr(job, column) for column in _JOB_COLUMNS})
     event = {"job_id": job.id, "kind": "queued", "step": None, "data": _queued_event_data(job), "created_at": utcnow()}
     connection.execute(_INSERT_EVENT, event)
+    queue_signal.announce(session)
     return job
 
 

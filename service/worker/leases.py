@@ -18,7 +18,7 @@ from sqlalchemy import ColumnElement, ScalarSelect, and_, case, exists, func, or
 from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, select
 
-from service.store import runs
+from service.store import queue_signal, runs
 from service.store.events import append_event
 from service.store.tables import ApiToken, Job, JobKind, JobStatus, Role, StopReason, WorkerRecord, utcnow
 
@@ -186,6 +186,7 @@ def release(session: Session, *, job_id: str, worker_id: str) -> bool:
         return False
     job = session.get(Job, job_id, populate_existing=True)
     append_event(session, job_id=job_id, kind="queued", data={"released_by": worker_id, "step": job.step})
+    queue_signal.announce(session)
     return True
 
 

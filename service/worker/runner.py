@@ -34,6 +34,7 @@ from service.evaluation.runner import run_evaluation
 from service.runner.control import JobHooks, JobInterrupted
 from service.runner.finish import Runner
 from service.settings import Settings
+from service.store import queue_signal
 from service.store.tables import Job, JobKind
 from service.training.loop import run_job
 from service.worker import leases
@@ -70,6 +71,7 @@ class Worker:
         self._held: dict[str, _Held] = {}
         self._stopping = False
         self._slot_freed = asyncio.Event()
+        self._queued = asyncio.Event()  # set when a job is announced (service/store/queue_signal.py)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Claim and train jobs until ``stop`` is set; then let each running job finish or checkpoint its
@@ -83,6 +85,7 @@ class Worker:
         heartbeat_stopped = threading.Event()
         heartbeat = threading.Thread(target=self._heartbeat, args=(heartbeat_stopped,), name="heartbeat", daemon=True)
         heartbeat.start()
+        watch = asyncio.create_task(queue_signal.watch(self.engine, self._queued))
         try:
             while not stop.is_set():
                 while len(tasks) < concurrency and not stop.is_set() and (job := await self._claim()) is not None:
@@ -92,6 +95,8 @@ class Worker:
                 await self._idle(stop)
         finally:
             self._stopping = True  # every job's should_stop() is now True: each stops at its next step boundary
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
             if tasks:
                 log.info("worker %s stopping: %d job(s) finish their current step", self.id, len(tasks))
                 await asyncio.wait(tasks)
@@ -120,14 +125,16 @@ class Worker:
         return job
 
     async def _idle(self, stop: asyncio.Event) -> None:
-        """Wait for the poll interval, a freed slot, or ``stop``, whichever comes first."""
-        waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._slot_freed.wait())]
+        """Wait for the poll interval, a freed slot, a queued job, or ``stop``, whichever comes first."""
+        events = (stop, self._slot_freed, self._queued)
+        waiters = [asyncio.ensure_future(event.wait()) for event in events]
         try:
             await asyncio.wait(waiters, timeout=self.settings.poll_seconds, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for waiter in waiters:
                 waiter.cancel()
         self._slot_freed.clear()
+        self._queued.clear()
 
     async def _train(self, job: Job, notifier: WebhookNotifier) -> None:
         held = self._held[job.id]

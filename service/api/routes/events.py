@@ -129,21 +129,34 @@ class StreamSlots:
 
     def take(self, caller: Principal) -> None:
         """Count a new stream of ``caller``, or refuse it: 503 past the server's limit, 429 past the caller's."""
-        retry = {"Retry-After": str(STREAM_RETRY_AFTER_S)}
         with self.lock:
-            if self.per_caller.total() >= self.max_streams:
-                detail = (
-                    f"the server is at its limit of {self.max_streams} live event streams (ARTSVC_MAX_EVENT_STREAMS); "
-                    "retry later, or read the events as JSON pages"
-                )
-                raise HTTPException(503, detail, retry)
-            if self.per_caller[caller.id] >= self.max_per_caller:
-                detail = (
-                    f"this token has {self.max_per_caller} live event streams open, the limit per caller "
-                    "(ARTSVC_MAX_EVENT_STREAMS_PER_TENANT); close one first"
-                )
-                raise HTTPException(429, detail, retry)
+            if (refusal := self._refusal(caller)) is not None:
+                raise refusal
             self.per_caller[caller.id] += 1
+
+    def try_take(self, caller: Principal) -> bool:
+        """``take``, answering False where it would refuse."""
+        with self.lock:
+            if self._refusal(caller) is not None:
+                return False
+            self.per_caller[caller.id] += 1
+            return True
+
+    def _refusal(self, caller: Principal) -> HTTPException | None:
+        retry = {"Retry-After": str(STREAM_RETRY_AFTER_S)}
+        if self.per_caller.total() >= self.max_streams:
+            detail = (
+                f"the server is at its limit of {self.max_streams} live event streams (ARTSVC_MAX_EVENT_STREAMS); "
+                "retry later, or read the events as JSON pages"
+            )
+            return HTTPException(503, detail, retry)
+        if self.per_caller[caller.id] >= self.max_per_caller:
+            detail = (
+                f"this token has {self.max_per_caller} live event streams open, the limit per caller "
+                "(ARTSVC_MAX_EVENT_STREAMS_PER_TENANT); close one first"
+            )
+            return HTTPException(429, detail, retry)
+        return None
 
     def give_back(self, caller: Principal) -> None:
         with self.lock:
@@ -152,15 +165,22 @@ class StreamSlots:
                 del self.per_caller[caller.id]
 
 
-class SlotStream(EventSourceResponse):
-    """An event stream that frees its slot when it ends: sent in full, dropped by the client, or cancelled."""
+class FreesItsSlot:
+    """Mixed into a streamed response: ``release`` runs when it ends, sent in full, dropped by the client, or
+    cancelled."""
+
+    release: Callable[[], None]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)  # type: ignore[misc]
+        finally:
+            self.release()
+
+
+class SlotStream(FreesItsSlot, EventSourceResponse):
+    """An event stream that frees its slot when it ends."""
 
     def __init__(self, content: AsyncIterator[ServerSentEvent], *, release: Callable[[], None]) -> None:
         super().__init__(content, ping=PING_SECONDS, send_timeout=SEND_TIMEOUT_SECONDS)
         self.release = release
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self.release()

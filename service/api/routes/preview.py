@@ -12,18 +12,23 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field, StrictBool, StrictInt
+from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, col, select
 from starlette.exceptions import HTTPException
+from starlette.responses import StreamingResponse
 
 from service import tenancy
 from service.api.deps import CallerDep, EngineDep, SessionDep, SettingsDep
 from service.api.errors import ErrorBody
+from service.api.routes.events import FreesItsSlot, StreamSlots
 from service.api.routes.inference import OpenAIRoute
 from service.api.schemas import OpenAIErrorBody
 from service.api.threads import in_request_thread
@@ -37,6 +42,9 @@ from service.store.events import append_event
 from service.store.tables import ClientModel, Job, JobEvent, JobKind, JobStatus, StopReason, utcnow
 
 PAGE_LIMIT = 1000  # most items a page holds, whatever ``limit`` asks
+EVENTS_HOLD_S = 10.0  # how long an events request waits for its job to end, well within clients' read timeouts
+EVENTS_CHECK_S = 0.1  # how often a held events request reads the store
+ENDING_KINDS = ("training_ended", "training_failed")
 MAX_STEPS_PER_DELETE = 10_000
 NAME = names.PART.pattern
 
@@ -228,20 +236,66 @@ def create_sft_training_job() -> None:
 
 
 @router.get("/training-jobs/{job_id}/events", response_model=EventPage)
-def training_job_events(
-    job_id: str, session: SessionDep, caller: CallerDep,
+async def training_job_events(
+    job_id: str, request: Request, caller: CallerDep, store: EngineDep,
     after: Annotated[str | None, Query(pattern=r"^[0-9]{1,18}$")] = None,
     limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT)] = 100,
-) -> EventPage:  # fmt: skip
+    wait: Annotated[float, Query(ge=0, le=EVENTS_HOLD_S, description="Seconds to hold the request for a job still "
+                                 "training, until it ends (this server's own; 0 answers at once).")] = EVENTS_HOLD_S,
+) -> EventPage | HeldPage:  # fmt: skip
     """The training job's events after the one whose id is `after`, oldest first: `training_started`, then
     `gradient_step` (the step's metrics), then `training_ended` (its checkpoint is listed by then) or
-    `training_failed` (`data.error_message`)."""
-    job = runs.get_job(session, job_id=job_id) if runs.is_job_id(job_id) else None
-    if job is None or job.kind != JobKind.client_batch or not (caller.is_operator or job.owner_id == caller.id):
-        raise HTTPException(404, f"training job {job_id!r} not found")
-    mine = col(JobEvent.job_id) == job.id, col(JobEvent.kind).in_(EVENT_KINDS), col(JobEvent.id) > int(after or 0)
-    query = select(JobEvent).where(*mine).order_by(col(JobEvent.id)).limit(limit + 1)
-    rows = session.exec(query).all()
+    `training_failed` (`data.error_message`). While the job trains, the page is held until it ends (at most `wait`
+    seconds): ART's client asks once a second and so hears of the end as it happens, not up to a second later. A held
+    page counts as one of the caller's live event streams (ARTSVC_MAX_EVENT_STREAMS_PER_TENANT), not as a request in
+    progress; past that cap it comes back at once."""
+    threads = request.app.state.request_threads
+
+    async def read() -> EventPage:
+        return await in_request_thread(threads, _event_page, store, caller=caller, job_id=job_id, after=after,
+                                       limit=limit)  # fmt: skip
+
+    page = await read()  # a 404 is answered here, before any hold
+    slots: StreamSlots = request.app.state.stream_slots
+    if _answers(page) or wait == 0 or not slots.try_take(caller):
+        return page
+    return HeldPage(_when_answered(page, read, wait), release=lambda: slots.give_back(caller))
+
+
+class HeldPage(FreesItsSlot, StreamingResponse):
+    """An events page whose headers go out at once (so it stops counting as a request in progress, as a live stream
+    does) and whose body follows when its hold ends; its stream slot is freed however it ends."""
+
+    def __init__(self, body: AsyncIterator[bytes], *, release: Callable[[], None]) -> None:
+        super().__init__(body, media_type="application/json")
+        self.release = release
+
+
+async def _when_answered(page: EventPage, read: Callable[[], Awaitable[EventPage]], wait: float) -> AsyncIterator[bytes]:
+    """``page``'s JSON once it is worth answering or ``wait`` seconds have passed; a read that fails (a busy or lost
+    store) ends the hold with the page read last, and the client asks again."""
+    deadline = time.monotonic() + wait
+    try:
+        while not _answers(page) and time.monotonic() < deadline:
+            await asyncio.sleep(EVENTS_CHECK_S)
+            page = await read()
+    except SQLAlchemyError:
+        pass
+    yield page.model_dump_json().encode()
+
+
+def _answers(page: EventPage) -> bool:
+    """Whether ``page`` is worth answering now: it ends the job's log, or the client has more to read."""
+    return page.has_more or any(event.type in ENDING_KINDS for event in page.data)
+
+
+def _event_page(store: Any, *, caller: Principal, job_id: str, after: str | None, limit: int) -> EventPage:
+    with Session(store) as session:
+        job = runs.get_job(session, job_id=job_id) if runs.is_job_id(job_id) else None
+        if job is None or job.kind != JobKind.client_batch or not (caller.is_operator or job.owner_id == caller.id):
+            raise HTTPException(404, f"training job {job_id!r} not found")
+        mine = col(JobEvent.job_id) == job.id, col(JobEvent.kind).in_(EVENT_KINDS), col(JobEvent.id) > int(after or 0)
+        rows = session.exec(select(JobEvent).where(*mine).order_by(col(JobEvent.id)).limit(limit + 1)).all()
     data = [EventPublic(id=str(row.id), type=row.kind, data=row.data) for row in rows[:limit]]
     return EventPage(data=data, has_more=len(rows) > limit)
 

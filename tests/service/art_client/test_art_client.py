@@ -221,7 +221,7 @@ def test_a_worker_killed_mid_batch_is_taken_over_and_no_step_is_lost_or_taken_tw
         doomed = start_worker()
         job = http.post("/training-jobs", json={"model_id": model["id"], "trajectory_groups": [_group(), _group()]}).json()
         deadline = time.monotonic() + 120
-        while not http.get(f"/training-jobs/{job['id']}/events").json()["data"]:  # training_started: the job is claimed
+        while not http.get(f"/training-jobs/{job['id']}/events", params={"wait": 0}).json()["data"]:  # it is claimed
             assert time.monotonic() < deadline, doomed.log()
             time.sleep(0.05)
         doomed.process.kill()  # kill -9, wherever it was
@@ -324,6 +324,41 @@ def test_a_queued_batch_and_a_model_are_cancelled_through_the_jobs_api(client, e
     assert client.post(f"/v1/jobs/{model['run_id']}/cancel", headers=headers).json()["status"] == "cancelled"
     refused = client.post("/v1/preview/training-jobs", headers=headers, json=batch)
     assert refused.status_code == 409 and "cancelled" in refused.json()["error"]["message"]
+
+
+def test_an_events_request_is_held_until_its_batch_ends_and_past_the_callers_stream_cap_answers_at_once(
+    live_server, engine, tiny_lm, settings
+):
+    """No worker runs, so the batch stays queued until it is cancelled: a request for its events is held (ART's client
+    asks once a second, and hears of the end when it happens), and the cancel ends the hold at once, not at its 10 s.
+    Held requests count as the caller's live event streams: past the cap, the page comes back at once."""
+    import threading
+    import time
+
+    _, headers = seeding.principal(engine)
+    with httpx.Client(base_url=f"{live_server}/v1", timeout=60, headers=headers) as http:
+        model = http.post("/preview/models", json={"project": "p", "name": "m", "base_model": str(tiny_lm)}).json()
+        job = http.post("/preview/training-jobs", json={"model_id": model["id"], "trajectory_groups": [_group()]}).json()
+        events = f"/preview/training-jobs/{job['id']}/events"
+        assert http.get(events, params={"wait": 0}).json() == {"data": [], "has_more": False}
+        started = time.monotonic()
+        assert http.get(events, params={"wait": 0.5}).json()["data"] == []  # held for its 0.5 s: nothing came
+        assert time.monotonic() - started >= 0.5
+
+        cap = settings.max_event_streams_per_tenant
+        holders = [threading.Thread(target=http.get, args=(events,), kwargs={"params": {"wait": 3}}) for _ in range(cap)]
+        for holder in holders:
+            holder.start()
+        time.sleep(1.0)  # every slot of this caller is held now
+        started = time.monotonic()
+        assert http.get(events).json()["data"] == [] and time.monotonic() - started < 2.0  # not held: no slot left
+        for holder in holders:
+            holder.join()
+
+        threading.Timer(1.0, lambda: http.post(f"/jobs/{job['id']}/cancel")).start()
+        started = time.monotonic()
+        ended = http.get(events).json()["data"]  # held until the cancel ends the batch, 1 s from now
+        assert [e["type"] for e in ended] == ["training_failed"] and 0.9 <= time.monotonic() - started < 8.0
 
 
 def test_a_batch_past_its_byte_limit_is_refused_before_it_is_read_whole(engine, settings, tiny_lm):

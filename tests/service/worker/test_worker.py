@@ -21,12 +21,12 @@ from tests.service.worker.conftest import LONGER_JOB, TINY_JOB, history, load_jo
 ENDED = (JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled)
 
 
-def _worker(engine, tmp_path, *, concurrency: int = 1) -> Worker:
+def _worker(engine, tmp_path, *, concurrency: int = 1, poll_seconds: float = 0.2) -> Worker:
     settings = Settings(
         _env_file=None,
         data_dir=tmp_path / "data",
         lease_seconds=LEASE_SECONDS,
-        poll_seconds=0.2,
+        poll_seconds=poll_seconds,
         worker_concurrency=concurrency,
     )
     return Worker(engine, settings, worker_id="test-worker")
@@ -111,3 +111,24 @@ async def test_a_job_whose_lease_was_taken_over_stops_at_a_step_boundary_and_rec
     assert [s[0] for s in steps] == list(range(1, job.step + 1)) and job.step < LONGER_JOB["training"]["max_steps"]
     with Session(engine) as session:
         assert "finished" not in [e.kind for e in events_after(session, job_id=job_id)]
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(120)
+async def test_an_idle_worker_claims_a_job_as_soon_as_it_is_queued_not_at_its_next_poll(engine, tmp_path):
+    """A job queued while the worker idles is claimed through the queue's signal (NOTIFY on PostgreSQL, the
+    database's ``.queued`` file on SQLite), long before the worker's next poll would find it."""
+    worker = _worker(engine, tmp_path, poll_seconds=600.0)
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        await asyncio.sleep(1.0)  # registered, claimed nothing, now idle until its poll 600 s from now
+        job_id = submit(engine, TINY_JOB)
+        for _ in range(200):
+            if load_job(engine, job_id).status is not JobStatus.queued:
+                break
+            await asyncio.sleep(0.05)
+        assert load_job(engine, job_id).status is not JobStatus.queued
+    finally:
+        stop.set()
+        await task
