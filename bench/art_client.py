@@ -64,12 +64,12 @@ def run_environment_job(base: str, data_dir: Path, args: argparse.Namespace) -> 
     if job["status"] != "succeeded":
         sys.exit(f"the environment job ended {job['status']}: {job['error']}")
     with sqlite3.connect(data_dir / "artsvc.db") as db:
-        rows = db.execute("select created_at, metrics from training_steps where job_id = ? order by step",
-                          (job["id"],)).fetchall()  # fmt: skip
-    ends = [datetime.fromisoformat(created).timestamp() for created, _ in rows]
-    metrics = [json.loads(m) for _, m in rows]
+        rows = db.execute("select created_at, metrics, completion_length from training_steps where job_id = ? "
+                          "order by step", (job["id"],)).fetchall()  # fmt: skip
+    ends = [datetime.fromisoformat(created).timestamp() for created, _, _ in rows]
+    metrics = [json.loads(m) for _, m, _ in rows]
     return {"step_ends_s": [e - ends[0] for e in ends], "rollout_s": [m.get("rollout_s") for m in metrics],
-            "train_s": [m.get("train_s") for m in metrics]}  # fmt: skip
+            "train_s": [m.get("train_s") for m in metrics], "reply_chars": [chars for _, _, chars in rows]}  # fmt: skip
 
 
 async def run_client(base: str, data_dir: Path, args: argparse.Namespace) -> dict:
@@ -104,12 +104,14 @@ async def run_client(base: str, data_dir: Path, args: argparse.Namespace) -> dic
         jobs = db.execute("select id, created_at, started_at, finished_at from jobs where kind = 'client_batch' "
                           "order by created_at").fetchall()  # fmt: skip
         series = "select job_id from client_models"
-        worker_train = [json.loads(m).get("train_s") for (m,) in db.execute(
-            f"select metrics from training_steps where job_id = ({series}) order by step")]
+        steps = db.execute(f"select metrics, completion_length from training_steps where job_id = ({series}) "
+                           "order by step").fetchall()  # fmt: skip
+    worker_train = [json.loads(m).get("train_s") for m, _ in steps]
     queued_s = [_seconds(started) - _seconds(created) for _, created, started, _ in jobs]
     worked_s = [_seconds(finished) - _seconds(started) for _, _, started, finished in jobs]
     return {"step_ends_s": [e - ends[0] for e in ends], "rollout_s": rollout_s, "train_call_s": train_s,
-            "queued_s": queued_s, "batch_job_s": worked_s, "worker_train_s": worker_train}  # fmt: skip
+            "queued_s": queued_s, "batch_job_s": worked_s, "worker_train_s": worker_train,
+            "reply_chars": [chars for _, chars in steps]}  # fmt: skip
 
 
 def _seconds(stamp: str) -> float:
@@ -144,8 +146,13 @@ def main() -> None:
         "machine": machine(), "steps": args.steps, "groups": args.groups, "group_size": args.group_size,
         "environment_median_step_s": env_step, "client_median_step_s": client_step,
         "ratio": round(client_step / env_step, 3),
-        "environment": {"rollout_s": _median(environment["rollout_s"]), "train_s": _median(environment["train_s"])},
-        "client": {"rollout_s": _median(client["rollout_s"]), "train_call_s": _median(client["train_call_s"]),
+        # what the client's training path adds to the batch's own training: HTTP, serialisation, queue, events
+        "client_train_path_s": _median([call - worker for call, worker in zip(client["train_call_s"],
+                                                                              client["worker_train_s"])]),
+        "environment": {"rollout_s": _median(environment["rollout_s"]), "train_s": _median(environment["train_s"]),
+                        "reply_chars": _median(environment["reply_chars"])},
+        "client": {"rollout_s": _median(client["rollout_s"]), "reply_chars": _median(client["reply_chars"]),
+                   "train_call_s": _median(client["train_call_s"]),
                    "queued_s": _median(client["queued_s"]), "batch_job_s": _median(client["batch_job_s"]),
                    "worker_train_s": _median(client["worker_train_s"])},
         "raw": {"environment": environment, "client": client},

@@ -104,7 +104,8 @@ class Settings(BaseSettings):
         "natively (AMX-BF16, AVX512-BF16), float32 on others (AVX2 only emulates it, slower). Manifests lock it: runs "
         "measured in different precisions are not compared.",
     )
-    poll_seconds: float = Field(1.0, gt=0, description="How often an idle worker looks for queued jobs.")
+    poll_seconds: float = Field(1.0, gt=0, description="How often an idle worker looks for queued jobs (a job queued "
+                                "wakes it at once: service/store/queue_signal.py).")
     trajectories_per_step: int = Field(8, ge=0, le=1024, description="Rollouts kept per step for operators to read.")
     alert_webhook_url: str | None = Field(None, description="Alerts are POSTed here as JSON, with retries.")
 

@@ -271,7 +271,9 @@ class HeldPage(FreesItsSlot, StreamingResponse):
         self.release = release
 
 
-async def _when_answered(page: EventPage, read: Callable[[], Awaitable[EventPage]], wait: float) -> AsyncIterator[bytes]:
+async def _when_answered(
+    page: EventPage, read: Callable[[], Awaitable[EventPage]], wait: float
+) -> AsyncIterator[bytes]:
     """``page``'s JSON once it is worth answering or ``wait`` seconds have passed; a read that fails (a busy or lost
     store) ends the hold with the page read last, and the client asks again."""
     deadline = time.monotonic() + wait

@@ -338,7 +338,8 @@ def test_an_events_request_is_held_until_its_batch_ends_and_past_the_callers_str
     _, headers = seeding.principal(engine)
     with httpx.Client(base_url=f"{live_server}/v1", timeout=60, headers=headers) as http:
         model = http.post("/preview/models", json={"project": "p", "name": "m", "base_model": str(tiny_lm)}).json()
-        job = http.post("/preview/training-jobs", json={"model_id": model["id"], "trajectory_groups": [_group()]}).json()
+        batch = {"model_id": model["id"], "trajectory_groups": [_group()]}
+        job = http.post("/preview/training-jobs", json=batch).json()
         events = f"/preview/training-jobs/{job['id']}/events"
         assert http.get(events, params={"wait": 0}).json() == {"data": [], "has_more": False}
         started = time.monotonic()
@@ -346,7 +347,8 @@ def test_an_events_request_is_held_until_its_batch_ends_and_past_the_callers_str
         assert time.monotonic() - started >= 0.5
 
         cap = settings.max_event_streams_per_tenant
-        holders = [threading.Thread(target=http.get, args=(events,), kwargs={"params": {"wait": 3}}) for _ in range(cap)]
+        hold = {"params": {"wait": 3}}
+        holders = [threading.Thread(target=http.get, args=(events,), kwargs=hold) for _ in range(cap)]
         for holder in holders:
             holder.start()
         time.sleep(1.0)  # every slot of this caller is held now
