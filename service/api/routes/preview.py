@@ -275,13 +275,14 @@ async def _when_answered(
     page: EventPage, read: Callable[[], Awaitable[EventPage]], wait: float
 ) -> AsyncIterator[bytes]:
     """``page``'s JSON once it is worth answering or ``wait`` seconds have passed; a read that fails (a busy or lost
-    store) ends the hold with the page read last, and the client asks again."""
+    store, or a refusal: the headers are out, so no error can be sent) ends the hold with the page read last, and the
+    client asks again."""
     deadline = time.monotonic() + wait
     try:
         while not _answers(page) and time.monotonic() < deadline:
             await asyncio.sleep(EVENTS_CHECK_S)
             page = await read()
-    except SQLAlchemyError:
+    except (SQLAlchemyError, HTTPException):
         pass
     yield page.model_dump_json().encode()
 
