@@ -1,13 +1,15 @@
-"""One validation sweep of the email agent on the base model, by two checkouts of this service in one run: what the
-sampler's changes do to a multi-turn, tool-using validation, on the real model, with nothing else of a job around it.
+"""One validation sweep of an agent environment (email by default, or 2048) on the base model, by two checkouts of this
+service in one run: what the sampler's changes do to a multi-turn validation, on the real model, with nothing else of
+a job around it.
 
     python bench/agent_validation_ab.py --before /path/to/old/checkout [--after .] [--examples 16] [--rounds 1]
+        [--env 2048 --env-arg target_tile=16 --env-arg max_turns=12]
 
 Each checkout runs in its own child process (its own code, this venv): SmolLM2-135M-Instruct through the transformers
-backend, served as a job serves it, and ``service.training.validation.validate`` on the email environment's first
-``--examples`` validation questions (each sampled at temperature 1 and greedily, up to 6 turns of 96 tokens). Rounds
-alternate before/after; each reports wall seconds, CPU seconds (CPU%), the tokens generated, the outcomes, and how
-many greedy episodes the two sides played identically. Writes ``bench/results/agent_validation_ab[_LABEL].json``.
+backend, served as a job serves it, and ``service.training.validation.validate`` on the environment's first
+``--examples`` validation scenarios (each sampled at temperature 1 and greedily; email: up to 6 turns of 96 tokens).
+Rounds alternate before/after; each reports wall seconds, CPU seconds (CPU%), the tokens generated, the outcomes, and
+how many sampled episodes the two sides played identically. Writes ``bench/results/agent_validation_ab[_LABEL].json``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "HF_HUB_OFFLINE": "1"}
 
 
-async def sweep(examples: int, data: Path) -> dict:
+async def sweep(examples: int, data: Path, env_name: str, env_args: dict) -> dict:
     """In a child that imports one checkout's code: the sweep, timed."""
     import art
 
@@ -36,7 +38,7 @@ async def sweep(examples: int, data: Path) -> dict:
     from service.evaluation.results import completion_tokens
     from service.training.validation import validate
 
-    env = environments.load("email", {})
+    env = environments.load(env_name, env_args)
     backend = make_backend("transformers", data_dir=data, seed=0)
     model = art.TrainableModel(name="ab", project="ab", base_model="SmolLM2-135M-Instruct", base_path=str(data / "art"))
     await model.register(backend)
@@ -51,9 +53,10 @@ async def sweep(examples: int, data: Path) -> dict:
             "sampled_tokens": [completion_tokens(t) for t in sampled]}  # fmt: skip
 
 
-def run(checkout: Path, examples: int, data: Path) -> dict:
+def run(checkout: Path, examples: int, data: Path, env_name: str, env_args: dict) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        command = [sys.executable, __file__, "--child", str(checkout), str(examples), str(data), out.name]
+        command = [sys.executable, __file__, "--child", str(checkout), str(examples), str(data), out.name, env_name,
+                   json.dumps(env_args)]  # fmt: skip
         subprocess.run(command, cwd=checkout, env={**os.environ, **ENV}, check=True)
         return json.loads(Path(out.name).read_text())
 
@@ -63,7 +66,7 @@ def main() -> None:
         import asyncio
 
         sys.path.insert(0, sys.argv[2])
-        result = asyncio.run(sweep(int(sys.argv[3]), Path(sys.argv[4])))
+        result = asyncio.run(sweep(int(sys.argv[3]), Path(sys.argv[4]), sys.argv[6], json.loads(sys.argv[7])))
         Path(sys.argv[5]).write_text(json.dumps(result))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -73,14 +76,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--data", type=Path, default=ROOT / ".artsvc", help="where the converted base model is cached")
     parser.add_argument("--label", default="")
+    parser.add_argument("--env", default="email")
+    parser.add_argument("--env-arg", action="append", default=[], help="KEY=VALUE (an integer value as an integer)")
     args = parser.parse_args()
+    env_args = {key: int(value) if value.lstrip("-").isdigit() else value
+                for key, value in (item.split("=", 1) for item in args.env_arg)}  # fmt: skip
     rounds: dict[str, list[dict]] = {"before": [], "after": []}
     for _ in range(args.rounds):
         for side, checkout in (("before", args.before), ("after", args.after)):
             with tempfile.TemporaryDirectory() as scratch:
                 data = Path(scratch)
                 (data / "cache").symlink_to((args.data / "cache").resolve())
-                result = run(checkout.resolve(), args.examples, data)
+                result = run(checkout.resolve(), args.examples, data, args.env, env_args)
             rounds[side].append(result)
             print(f"{side}: {result['wall_s']:.1f} s, CPU {100 * result['cpu_s'] / result['wall_s']:.0f}%, "
                   f"{result['tokens']} tokens, accuracy {result['accuracy']} (greedy {result['greedy_accuracy']}), "
@@ -93,6 +100,7 @@ def main() -> None:
     print(json.dumps(summary, indent=2))
     out = ROOT / "bench" / "results" / f"agent_validation_ab{'_' + args.label if args.label else ''}.json"
     out.write_text(json.dumps({"machine": platform.processor() or platform.machine(), "examples": args.examples,
+                               "env": args.env, "env_args": env_args,
                                "summary": summary, "rounds": rounds}, indent=2) + "\n")  # fmt: skip
 
 

@@ -116,6 +116,25 @@ def test_a_turn_that_extends_the_last_gives_the_same_sample_encoding_only_its_ne
         prompt += tuple(with_cache[0].token_ids)
 
 
+def test_a_batch_of_games_sharing_an_opening_encodes_only_each_games_new_tokens_at_its_next_turn(lm):
+    """A cache bound that holds the batch's turns only when their shared opening is stored once (as a batch of 2048
+    games or email episodes needs) still serves every game's next turn from its states."""
+    model, tokenizer = lm
+    opening = _turns(tokenizer)[0] * 6  # a long shared prefix, as a system prompt and few-shot turns are
+    boards = [tuple(tokenizer.encode(f"<|im_start|>user\nboard {game}<|im_end|>\n")) for game in range(8)]
+    per_token = 2 * sum(p.numel() for p in model.model.layers[0].self_attn.k_proj.parameters()) // model.config.hidden_size
+    bound = (len(opening) + 8 * 40) * per_token * 4 * model.config.num_hidden_layers  # float32 keys and values
+    assert bound < 8 * len(opening) * per_token * 4 * model.config.num_hidden_layers  # not 8 whole openings
+    generator = Generator(model, tokenizer, end_token_ids=chat.end_token_ids(tokenizer), prefix_cache_bytes=bound)
+    first = [SamplingRequest(prompt_ids=opening + board, max_tokens=4, seed=i) for i, board in enumerate(boards)]
+    replies = [tuple(samples[0].token_ids) for samples in generator.generate(first)]
+    second = [SamplingRequest(prompt_ids=r.prompt_ids + reply + boards[0], max_tokens=1, seed=1)
+              for r, reply in zip(first, replies)]  # fmt: skip
+    with _fed(model) as shapes:
+        generator.generate(second)
+    assert shapes[0] == (8, 1 + len(boards[0]))  # the reply's last token (never fed) and the new board, every game
+
+
 def test_states_computed_with_other_weights_are_never_reused(lm):
     model, tokenizer = lm
     generator = _generator(lm)
@@ -147,26 +166,62 @@ def test_the_engine_reuses_a_conversations_states_until_a_training_step_changes_
     assert sum(tokens for _, tokens in after_training) == len(follow_up) + 1
 
 
+def _states(ids: tuple[int, ...]):
+    """What ``PrefixCache.put`` asks for: the states of ``ids`` from a position on, 2 layers x (keys, values) x 1 head x
+    4 dims of float32 (32 bytes a token, 64 with the values), each state holding its token."""
+
+    def states_from(start: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        tokens = torch.tensor(ids[start:], dtype=torch.float32)[None, :, None].expand(1, -1, 4)
+        return [(tokens.clone(), torch.zeros(1, len(ids) - start, 4)) for _ in range(2)]
+
+    return states_from
+
+
+def _held_tokens(cache, ids: tuple[int, ...]) -> list[int]:
+    """The tokens the states ``cache`` holds for ``ids`` (its longest prefix) were made of, read from the keys."""
+    length, states = cache.longest(ids, len(ids))
+    return [] if states is None else [int(t) for t in states.layers(length)[1][0][0, :, 0]]
+
+
 def test_the_prefix_cache_keeps_the_longest_entries_within_its_bound():
     from service.backends.transformers.prefix_cache import PrefixCache
 
-    def states(length: int) -> list[tuple[torch.Tensor, torch.Tensor]]:  # 2 layers x 2 x 1 head x 4 dims x 4 bytes
-        return [(torch.full((1, length, 4), float(length)), torch.zeros(1, length, 4)) for _ in range(2)]
-
     cache = PrefixCache(max_bytes=64 * 10)  # 10 tokens
-    cache.put((1, 2, 3), states(3))
-    cache.put((1, 2, 3, 4, 5), states(5))  # extends the first: replaces it
+    cache.put((1, 2, 3), _states((1, 2, 3)))
+    cache.put((1, 2, 3, 4, 5), _states((1, 2, 3, 4, 5)))  # extends the first: replaces it, sharing its states
     assert len(cache) == 1 and cache.nbytes == 64 * 5
-    length, kv = cache.longest((1, 2, 3, 9), limit=3)
-    assert length == 3 and kv[0][0].shape == (1, 5, 4)  # the longer entry, only its first 3 states are the prompt's
-    cache.put((7, 8, 9), states(3))
+    length, states = cache.longest((1, 2, 3, 9), limit=3)
+    assert length == 3 and states.length == 5  # the longer entry, only its first 3 states are the prompt's
+    assert _held_tokens(cache, (1, 2, 3, 4, 5, 6)) == [1, 2, 3, 4, 5]
+    cache.put((7, 8, 9), _states((7, 8, 9)))
     cache.longest((1, 2), limit=1)  # (1, 2, 3, 4, 5) used last: (7, 8, 9) goes first
-    cache.put((5, 6, 7), states(3))
+    cache.put((5, 6, 7), _states((5, 6, 7)))
     assert len(cache) == 2 and cache.longest((7, 8, 9, 1), limit=3) == (0, None) and cache.nbytes == 64 * 8
-    cache.put(tuple(range(100, 111)), states(11))  # more than the whole bound: not kept, nothing evicted
+    cache.put(tuple(range(100, 111)), _states(tuple(range(100, 111))))  # more than the whole bound: not kept
     assert len(cache) == 2 and cache.longest((5, 6, 7), limit=2)[0] == 2
     cache.use("other weights")
     assert len(cache) == 0 and cache.nbytes == 0
+
+
+def test_entries_that_share_an_opening_hold_its_states_once_and_each_turn_adds_only_its_own():
+    """100 games' openings filled a bound that holds their turns: a batch of agents evicted one another and every game
+    was encoded from its first token at every turn."""
+    from service.backends.transformers.prefix_cache import PrefixCache
+
+    opening = tuple(range(1, 21))  # 20 tokens, shared by every game
+    cache = PrefixCache(max_bytes=64 * 60)
+    games = [opening + (100 + game, 200 + game) for game in range(10)]
+    for ids in games:
+        cache.put(ids, _states(ids))
+    assert len(cache) == 10 and cache.nbytes == 64 * (20 + 10 * 2)  # stored whole, 10 x 22 tokens: past the bound
+    turn = games[3] + (300, 301, 302)  # the game's next turn extends its entry: only the new tokens are stored
+    cache.put(turn, _states(turn))
+    assert len(cache) == 10 and cache.nbytes == 64 * (20 + 10 * 2 + 3)
+    assert _held_tokens(cache, turn + (9,)) == list(turn) and _held_tokens(cache, games[7]) == list(games[7])
+    other = opening + (999,) * 20
+    cache.put(other, _states(other))  # 20 new tokens: 63 held, so the two least recently used games go (2 each)
+    assert len(cache) == 9 and cache.nbytes == 64 * 59 and _held_tokens(cache, other) == list(other)
+    assert _held_tokens(cache, turn) == list(turn)  # the opening stays while any entry holds it
 
 
 def test_the_prefix_cache_keeps_at_most_max_entries_however_small():
@@ -174,7 +229,7 @@ def test_the_prefix_cache_keeps_at_most_max_entries_however_small():
 
     cache = prefix_cache.PrefixCache(max_bytes=1 << 30)
     for first in range(prefix_cache.MAX_ENTRIES + 10):  # one-token entries: far under the byte bound
-        cache.put((first,), [(torch.zeros(1, 1, 4), torch.zeros(1, 1, 4))])
+        cache.put((first,), _states((first,)))
     assert len(cache) == prefix_cache.MAX_ENTRIES and cache.longest((0, 5), limit=1) == (0, None)  # the oldest went
 
 

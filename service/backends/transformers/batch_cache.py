@@ -11,7 +11,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from service.backends.transformers.prefix_cache import KV
+from service.backends.transformers.prefix_cache import KV, States
 
 # A buffer's room past its states when it is (re)made: 32 positions, or an eighth of its length where that is more, so
 # a reply of 96 tokens after 1,200 makes it again about 3 times, and a short math batch holds little spare memory.
@@ -61,27 +61,27 @@ def growing_cache(layers: list[tuple[torch.Tensor, torch.Tensor]] | None = None)
     return cache
 
 
-def left_padded(bases: list[tuple[int, KV | None]], device: torch.device) -> tuple[DynamicCache, torch.Tensor]:
+def left_padded(bases: list[tuple[int, States | None]], device: torch.device) -> tuple[DynamicCache, torch.Tensor]:
     """A cache with one row per ``(length, states)``, the first ``length`` of ``states`` right-aligned, and its mask."""
     width = max(length for length, _ in bases)
     mask = torch.tensor([[0] * (width - length) + [1] * length for length, _ in bases], dtype=torch.long, device=device)
     if not width:
         return growing_cache(), mask
-    template = next(kv for _, kv in bases if kv is not None)
+    template = next(states for _, states in bases if states is not None).pieces[0][0].kv
     layers = []
     for layer, (keys, _) in enumerate(template):
         heads, _, dims = keys.shape
         keys, values = (torch.zeros(len(bases), heads, width, dims, dtype=keys.dtype, device=device) for _ in range(2))
-        for row, (length, kv) in enumerate(bases):
+        for row, (length, states) in enumerate(bases):
             if length:
-                keys[row, :, width - length :], values[row, :, width - length :] = (t[:, :length] for t in kv[layer])
+                states.write(layer, length, keys[row, :, width - length :], values[row, :, width - length :])
         layers.append((keys, values))
     return growing_cache(layers), mask
 
 
-def row_states(cache: DynamicCache, mask: torch.Tensor, row: int) -> KV:
-    """Row ``row``'s states of the tokens its mask attends to, in order, unpadded."""
-    columns = mask[row].bool()
+def row_states(cache: DynamicCache, mask: torch.Tensor, row: int, *, start: int = 0) -> KV:
+    """Row ``row``'s states of the tokens its mask attends to, in order, unpadded, from the ``start``-th on (a copy)."""
+    columns = mask[row].nonzero().squeeze(1)[start:]
     return [(layer.keys[row][:, columns], layer.values[row][:, columns]) for layer in cache.layers]
 
 

@@ -19,7 +19,7 @@ from transformers import DynamicCache
 
 from service.backends.openai_server import Sample
 from service.backends.transformers import batch_cache
-from service.backends.transformers.prefix_cache import KV, MAX_BYTES, PrefixCache
+from service.backends.transformers.prefix_cache import MAX_BYTES, PrefixCache, States
 
 
 PREFILL_CHUNK = 512  # prompt tokens encoded per forward pass where sampling may be stopped
@@ -195,28 +195,30 @@ class Generator:
         )
         return cache, mask, out.logits[:, -1, :].float()
 
-    def _encode(self, ids: tuple[int, ...], base: tuple[int, KV | None], should_stop: Callable[[], bool] | None) -> KV:
+    def _encode(
+        self, ids: tuple[int, ...], base: tuple[int, States | None], should_stop: Callable[[], bool] | None
+    ) -> States:
         """The states of ``ids``, encoded after ``base`` (the states of its first tokens), ``PREFILL_CHUNK`` tokens
         at a time where ``should_stop`` is given."""
-        start, kv = base
-        cache = batch_cache.growing_cache([(k[None, :, :start], v[None, :, :start]) for k, v in kv] if start else None)
+        start, held = base
+        cache = batch_cache.growing_cache([(k[None], v[None]) for k, v in held.layers(start)] if start else None)
         chunk = PREFILL_CHUNK if should_stop is not None else len(ids)
         for begin in range(start, len(ids), chunk):
             if should_stop is not None and should_stop():
                 raise _Stopped
             piece = torch.tensor([ids[begin : begin + chunk]], device=self.device)
             self.model(input_ids=piece, past_key_values=cache, use_cache=True, logits_to_keep=LAST_POSITION)
-        return [(layer.keys[0], layer.values[0]) for layer in cache.layers]
+        return States.of([(layer.keys[0], layer.values[0]) for layer in cache.layers])
 
     def _remember(self, rows: list[_Row], cache: DynamicCache, mask: torch.Tensor, which: list[int]) -> None:
         """Keep the states of rows ``which`` (their prompt and the tokens fed after it) for prompts that extend them."""
         if not self.prefix_cache.enabled:
             return
         for i in which:
-            kv = batch_cache.row_states(cache, mask, i)
             prompt = rows[i].request.prompt_ids
-            fed = kv[0][0].shape[1] - len(prompt)
-            self.prefix_cache.put(prompt + tuple(rows[i].sample.token_ids[:fed]), kv)
+            fed = int(mask[i].sum()) - len(prompt)
+            self.prefix_cache.put(prompt + tuple(rows[i].sample.token_ids[:fed]),
+                                  lambda start, i=i: batch_cache.row_states(cache, mask, i, start=start))  # fmt: skip
 
     def _emit(self, live: list[_Row], logits: torch.Tensor) -> list[int]:
         """Sample each live row's next token from its own generator and record it with its logprob; the rows that

@@ -3,21 +3,28 @@ from where it ends: an agent's next turn is its last prompt, its last reply and 
 encoding the whole conversation again at every turn is most of a turn's cost (vLLM's automatic prefix caching gives
 ART the same on a GPU).
 
-Entries are kept least recently used first and bounded in bytes: SmolLM2-135M's states take 30 layers x 2 (keys,
-values) x 3 key-value heads x 64 dims x 4 bytes = 45 KiB a token in float32, so ``MAX_BYTES`` holds about 11,600
-tokens of it, eight email-agent conversations of 1,400 tokens; small beside sampling's own cache and the model, so the
-main job's peak stays under 3 GiB. The engine frees it when a training step begins. States are only valid for
-the weights that computed them: :meth:`PrefixCache.use` forgets them all when the weights change.
+States are stored once however many entries start with them, as vLLM shares its cache blocks: an entry is a chain of
+segments, the states of the longest prefix another entry already held, then its own new positions. A batch of 2048
+games or email episodes shares one opening (a system prompt, tools, few-shot turns: 223 and 831 tokens), and each
+turn extends the game's last entry: stored whole, 100 games' openings alone filled the old 512 MiB bound, the batch's
+entries evicted one another in turn and every game was encoded from its first token at every turn.
+
+Entries are kept least recently used first and bounded in bytes, each segment counted once: SmolLM2-135M's states take
+30 layers x 2 (keys, values) x 3 key-value heads x 64 dims x 2 bytes = 22.5 KiB a token in bf16 (twice that in float32),
+so ``MAX_BYTES`` holds about 93,000 tokens of it: 100 games of 2048 to its 16 tile after their opening, or 64 email
+episodes of 1,400 tokens. Memory is taken only as conversations come; a math job's batch holds a few MB. The engine
+frees it when a training step begins. States are only valid for the weights that computed them: :meth:`PrefixCache.use`
+forgets them all when the weights change.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 import torch
 
-MAX_BYTES = 512 << 20
+MAX_BYTES = 2 << 30
 # Entries at most: a lookup compares the prompt with each, so many tiny entries (a client's short prompts) would make
 # every request's lookup slow however few bytes they hold.
 MAX_ENTRIES = 256
@@ -38,16 +45,68 @@ def _shared(a: tuple[int, ...], b: tuple[int, ...], limit: int) -> int:
     return low
 
 
-def _nbytes(kv: KV) -> int:
-    return sum(keys.nbytes + values.nbytes for keys, values in kv)
+class Segment:
+    """The states of consecutive positions, shared by every entry that starts with them."""
+
+    __slots__ = ("kv", "length", "nbytes")
+
+    def __init__(self, kv: KV) -> None:
+        self.kv = kv
+        self.length = kv[0][0].shape[1]
+        self.nbytes = sum(keys.nbytes + values.nbytes for keys, values in kv)
+
+
+class States:
+    """A token sequence's states as a chain of (segment, how many of its first positions) pieces."""
+
+    __slots__ = ("pieces", "length")
+
+    def __init__(self, pieces: tuple[tuple[Segment, int], ...]) -> None:
+        self.pieces = pieces
+        self.length = sum(used for _, used in pieces)
+
+    @classmethod
+    def of(cls, kv: KV) -> States:
+        """States held in one new segment."""
+        segment = Segment(kv)
+        return cls(((segment, segment.length),))
+
+    def first(self, length: int) -> States:
+        """The states of the first ``length`` positions (no copy)."""
+        pieces, left = [], length
+        for segment, used in self.pieces:
+            if left <= 0:
+                break
+            pieces.append((segment, min(used, left)))
+            left -= used
+        return States(tuple(pieces))
+
+    def write(self, layer: int, length: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Copy layer ``layer``'s states of the first ``length`` positions into ``keys`` and ``values``
+        ([heads, length, head_dim] each)."""
+        at = 0
+        for segment, used in self.first(length).pieces:
+            source_keys, source_values = segment.kv[layer]
+            keys[:, at : at + used], values[:, at : at + used] = source_keys[:, :used], source_values[:, :used]
+            at += used
+
+    def layers(self, length: int) -> KV:
+        """Every layer's states of the first ``length`` positions, contiguous (a copy where there are several pieces)."""
+        pieces = self.first(length).pieces
+        if len(pieces) == 1:
+            segment, used = pieces[0]
+            return [(keys[:, :used], values[:, :used]) for keys, values in segment.kv]
+        return [tuple(torch.cat([segment.kv[layer][part][:, :used] for segment, used in pieces], dim=1)
+                      for part in (0, 1)) for layer in range(len(pieces[0][0].kv))]  # fmt: skip
 
 
 class PrefixCache:
-    """An LRU of token sequences' states, at most ``max_bytes`` of them (0: nothing is kept)."""
+    """An LRU of token sequences' states, at most ``max_bytes`` of segments (0: nothing is kept)."""
 
     def __init__(self, max_bytes: int = MAX_BYTES) -> None:
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[int, ...], KV] = OrderedDict()
+        self._entries: OrderedDict[tuple[int, ...], States] = OrderedDict()
+        self._references: dict[Segment, int] = {}  # each segment held, with how many entries hold it
         self._bytes = 0
         self._weights: Hashable = None
 
@@ -60,15 +119,17 @@ class PrefixCache:
 
     @property
     def nbytes(self) -> int:
+        """The bytes of the segments held, each counted once."""
         return self._bytes
 
     def use(self, weights: Hashable) -> None:
         """What follows is computed with ``weights`` (an identity of them): states of any other are forgotten."""
         if weights != self._weights:
             self._entries.clear()
+            self._references.clear()
             self._bytes, self._weights = 0, weights
 
-    def longest(self, ids: tuple[int, ...], limit: int) -> tuple[int, KV | None]:
+    def longest(self, ids: tuple[int, ...], limit: int) -> tuple[int, States | None]:
         """The most of ``ids``' first tokens (at most ``limit``) an entry holds the states of, and that entry's states
         (longer than that, perhaps; only its first ones are ``ids``'); (0, None) if none."""
         best, found = 0, None
@@ -80,16 +141,36 @@ class PrefixCache:
         self._entries.move_to_end(found)
         return best, self._entries[found]
 
-    def put(self, ids: tuple[int, ...], kv: KV) -> None:
-        """Keep ``kv``, the states of ``ids``, in place of entries it extends; the least recently used go until the
-        rest fits. One larger than the whole bound is not kept."""
-        size = _nbytes(kv)
-        if not ids or size > self.max_bytes:
+    def put(self, ids: tuple[int, ...], states_from: Callable[[int], KV]) -> None:
+        """Keep the states of ``ids`` in place of entries it extends: those of the longest prefix an entry holds are
+        shared with it, and ``states_from(start)`` gives the rest (of positions ``start`` on). The least recently used
+        go until the rest fits; new states larger than the whole bound are not kept."""
+        if not ids or not self.enabled:
             return
+        start, held = self.longest(ids, len(ids))
+        if start == len(ids):
+            return
+        pieces = held.first(start).pieces if held is not None else ()
+        new = Segment(states_from(start))
+        if new.nbytes > self.max_bytes:
+            return
+        states = States((*pieces, (new, new.length)))
         for key in [k for k in self._entries if len(k) <= len(ids) and ids[: len(k)] == k]:
-            self._bytes -= _nbytes(self._entries.pop(key))
-        self._entries[ids] = kv
-        self._bytes += size
-        while self._bytes > self.max_bytes or len(self._entries) > MAX_ENTRIES:
-            _, evicted = self._entries.popitem(last=False)
-            self._bytes -= _nbytes(evicted)
+            self._drop(key)
+        self._entries[ids] = states
+        for segment, _ in states.pieces:
+            self._hold(segment)
+        while self._entries and (self._bytes > self.max_bytes or len(self._entries) > MAX_ENTRIES):
+            self._drop(next(iter(self._entries)))
+
+    def _hold(self, segment: Segment) -> None:
+        self._references[segment] = self._references.get(segment, 0) + 1
+        if self._references[segment] == 1:
+            self._bytes += segment.nbytes
+
+    def _drop(self, key: tuple[int, ...]) -> None:
+        for segment, _ in self._entries.pop(key).pieces:
+            self._references[segment] -= 1
+            if not self._references[segment]:
+                del self._references[segment]
+                self._bytes -= segment.nbytes
