@@ -12,11 +12,12 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import entry_points
 from importlib.resources.abc import Traversable
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # annotations only: importing ART (and torch) takes seconds
@@ -57,6 +58,11 @@ class Environment(Protocol):
     """How many demonstrations a pretrained model (the transformers backend) gets before RL unless the
     job says otherwise [0: it starts from its opening, a system prompt and few-shot turns]. Far fewer
     than from scratch: the model has its language, and learns the environment's format and habits."""
+    pretrained_job: Mapping[str, Mapping[str, Any]]
+    """Training and validation settings a pretrained model's job gets unless it sets them, as
+    ``{"training": {...}, "validation": {...}}`` with JobSpec's field names [none: the spec's defaults, sized for
+    single-turn math]. An agent's episode is many model calls and a training row of a thousand tokens: its steps
+    and validations must be smaller to fit a job on two CPU cores."""
     tools: Sequence[dict[str, Any]]
     """The OpenAI function tools its rollouts offer the policy [none]."""
     embedded_base_model: str | None
@@ -125,6 +131,7 @@ class BaseEnvironment:
     scorer_version: ClassVar[str] = "0.1.0"
     warm_start_examples: int = 0
     pretrained_warm_start_examples: int = 0
+    pretrained_job: Mapping[str, Mapping[str, Any]] = MappingProxyType({})
     tools: Sequence[dict[str, Any]] = ()
     embedded_base_model: str | None = None
     recommended_base_model: str = DEFAULT_PRETRAINED_MODEL

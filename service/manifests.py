@@ -197,6 +197,20 @@ def recommended_base_model(env: Environment, backend: str) -> str | None:
     return env.recommended_base_model if backend == "transformers" else None
 
 
+def recommended_spec(spec: JobSpec, env: Environment) -> JobSpec:
+    """``spec`` with the environment's ``pretrained_job`` settings in each training and validation field the submitter
+    left unset, for a job on the transformers backend (others train from scratch or on a GPU: the spec's defaults).
+    ValueError where the environment recommends what JobSpec refuses."""
+    recommended = env.pretrained_job if spec.model.backend == "transformers" else {}
+    data = spec.model_dump(exclude_unset=True)
+    for section in ("training", "validation"):
+        given = getattr(spec, section).model_fields_set
+        unset = {name: value for name, value in recommended.get(section, {}).items() if name not in given}
+        if unset:
+            data[section] = {**unset, **data.get(section, {})}
+    return JobSpec.model_validate(data) if data != spec.model_dump(exclude_unset=True) else spec
+
+
 def warm_start_examples(spec: JobSpec, env: Environment) -> int:
     """Demonstrations the job's warm start uses: the job's number, else the environment's for a policy trained from
     scratch (the embedded backend) or for a pretrained model (the transformers backend); ART's GPU and serverless

@@ -67,6 +67,10 @@ def prepare(spec: JobSpec, *, caller: Principal, settings: Settings, idempotency
     """The job ``spec`` would queue for ``caller``, checked and with its manifest, not yet in the store: everything
     a submission does before its write (no store work). Raises Refused as ``submit`` does."""
     env = _environment(spec.environment, spec.environment_args)
+    try:
+        spec = manifests.recommended_spec(spec, env)
+    except ValueError as exc:
+        raise Refused(f"environment {spec.environment!r} recommends settings this server refuses: {exc}") from None
     if (refusal := settings.refuse_reward(spec.reward)) is not None:
         raise Refused(refusal)
     if (baseline := spec.validation.baseline_model) is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from dataclasses import replace
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from environments.base import BaseEnvironment, Sampling, new_trajectory
@@ -21,7 +22,10 @@ if TYPE_CHECKING:  # annotations only: ART is imported at the first trajectory (
 
 MAX_TOKENS = 24  # "<move>right</move>" is 18 characters; a little room so near misses are seen, not cut
 TARGET_TILES = tuple(2**k for k in range(3, 12))  # 8 .. 2048
-MAX_TURNS_LIMIT = 2 * TARGET_TILES[-1]  # the default at the largest target: every turn is a model call
+MAX_TURNS_LIMIT = 2 * TARGET_TILES[-1]  # every turn is a model call
+# A game's default turn budget, per unit of target: about what the teacher needs, so a game is a race that play can
+# win more often. On the first 200 val seeds, to 16 in 12 turns: the teacher wins 74%, random valid moves 42%.
+TURNS_PER_TARGET = 0.75
 
 SYSTEM_PROMPT = (
     "You play 2048 on a 4x4 board: . is empty, else a tile's power of two (1=2, 2=4 ... a=1024, b=2048). "
@@ -48,10 +52,13 @@ class Twenty48Environment(BaseEnvironment):
     move that changes nothing is legal, as in the real game, but wastes the turn (no tile spawns)
     and costs a little reward. The game is won when a tile reaches
     ``target_tile`` and lost when no move is left or after ``max_turns`` replies.
+
+    The default game, to 16 in 12 turns, is sized for a pretrained LM on two CPU cores (each turn is a model call,
+    each game a training row of about 800 tokens); the embedded policy plays larger ones (README Results).
     """
 
     name = "2048"
-    version = "1.1.0"
+    version = "1.2.0"
     scorer_name = scoring.SCORER_NAME
     scorer_version = scoring.SCORER_VERSION
     scenario_dir = SCENARIO_DIR
@@ -62,11 +69,19 @@ class Twenty48Environment(BaseEnvironment):
     # that at 32, every sampled and greedy validation game ended on an unparseable reply.
     WARM_START_MOVES = 48_000
 
-    def __init__(self, *, target_tile: int = 128, max_turns: int | None = None) -> None:
+    # SmolLM2-135M-Instruct plays no game to the end on its own (every sampled and greedy game ends on a reply that is
+    # not a move); 64 of the teacher's games (about 700 moves, two minutes) make it play, winning 30% sampled.
+    pretrained_warm_start_examples = 64
+    pretrained_job = MappingProxyType({
+        "training": MappingProxyType({"groups_per_step": 2, "group_size": 8, "learning_rate": 2e-4, "max_steps": 8}),
+        "validation": MappingProxyType({"max_examples": 50, "every_n_steps": 2}),
+    })  # fmt: skip
+
+    def __init__(self, *, target_tile: int = 16, max_turns: int | None = None) -> None:
         if isinstance(target_tile, bool) or not isinstance(target_tile, int) or target_tile not in TARGET_TILES:
             raise ValueError(f"target_tile must be a power of two from 8 to 2048, got {target_tile!r}")
         if max_turns is None:
-            max_turns = 2 * target_tile  # a good player needs about 0.75 * target_tile moves
+            max_turns = round(TURNS_PER_TARGET * target_tile)
         if type(max_turns) is not int or not 1 <= max_turns <= MAX_TURNS_LIMIT:
             raise ValueError(f"max_turns must be an integer from 1 to {MAX_TURNS_LIMIT} (each turn is a model call)")
         self.target_tile = target_tile

@@ -13,7 +13,7 @@ from service import manifests
 from service.backends.transformers import models as transformers_models
 from service.spec import DEFAULT_BASE_MODEL
 
-OPTIONAL = ("warm_start_examples", "pretrained_warm_start_examples", "tools", "embedded_base_model",
+OPTIONAL = ("warm_start_examples", "pretrained_warm_start_examples", "pretrained_job", "tools", "embedded_base_model",
             "recommended_base_model", "opening", "demonstrations")  # fmt: skip
 
 
@@ -71,6 +71,7 @@ def test_base_environment_supplies_every_optional_member():
     env = Minimal()
     assert isinstance(env, Environment) and all(hasattr(env, member) for member in PROTOCOL_MEMBERS)
     assert (env.warm_start_examples, env.pretrained_warm_start_examples, tuple(env.tools)) == (0, 0, ())
+    assert dict(env.pretrained_job) == {}
     assert env.embedded_base_model is None
     assert env.recommended_base_model == "SmolLM2-135M-Instruct" == transformers_models.DEFAULT_BASE_MODEL
     assert env.opening({"id": "x"}) is None and env.demonstrations(seed=0, count=5) == []

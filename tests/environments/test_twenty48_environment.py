@@ -70,7 +70,7 @@ def test_the_player_keeps_to_the_corner_and_slips_only_to_valid_moves():
 
 
 def test_demonstrations_are_deterministic_whole_games_of_valid_moves():
-    env = Twenty48Environment()
+    env = Twenty48Environment(target_tile=128, max_turns=256)
     demos = list(env.demonstrations(seed=5, count=20))
     again, other = (env.demonstrations(seed=s, count=20) for s in (5, 6))
     assert [d.messages_and_choices for d in demos] == [d.messages_and_choices for d in again]
@@ -103,8 +103,9 @@ def test_bad_constructor_arguments_are_rejected_with_reasons():
     for turns in (0, -1, 2.5, True, 4097, 10**9):
         with pytest.raises(ValueError, match="max_turns must be an integer from 1 to 4096"):
             Twenty48Environment(max_turns=turns)
-    assert Twenty48Environment(target_tile=8).max_turns == 16
-    assert Twenty48Environment(target_tile=2048).max_turns == Twenty48Environment(max_turns=4096).max_turns == 4096
+    assert Twenty48Environment().max_turns == 12 and Twenty48Environment().target_tile == 16  # a pretrained LM's game
+    assert Twenty48Environment(target_tile=8).max_turns == 6 and Twenty48Environment(target_tile=2048).max_turns == 1536
+    assert Twenty48Environment(max_turns=4096).max_turns == 4096
     with pytest.raises(EnvironmentConfigError, match="max_turns must be an integer from 1 to 4096"):
         load("2048", {"max_turns": 10**6})
     with pytest.raises(EnvironmentConfigError, match="power of two"):
@@ -175,7 +176,7 @@ class ScriptedModel:
 
 @pytest.mark.asyncio
 async def test_a_rollout_of_the_heuristic_is_the_same_game_as_its_demonstration():
-    env = Twenty48Environment()
+    env = Twenty48Environment(target_tile=128, max_turns=256)
     row = env.scenarios("val")[0]
     expected = play(new_game(row["seed"]), random.Random(1), target_tile=128, max_turns=256)
     moves = iter(direction for _, direction in expected)
@@ -211,7 +212,7 @@ async def test_rollouts_end_on_the_turn_limit_or_an_unparseable_move_and_a_move_
     def wasteful(board):  # a move that changes nothing whenever there is one
         return format_move(next((d for d in DIRECTIONS if not slide(board, d)[2]), "up"))
 
-    stubborn = await Twenty48Environment(max_turns=12).rollout(ScriptedModel(wasteful), row, Sampling())
+    stubborn = await Twenty48Environment(target_tile=128, max_turns=12).rollout(ScriptedModel(wasteful), row, Sampling())
     boards = [m["content"] for m in stubborn.messages_and_choices[len(env.preamble()) :: 2]]
     assert stubborn.metadata["outcome"] == "turn_limit" and not stubborn.metrics["invalid_move"]
     assert stubborn.metrics["turns"] == 12 and stubborn.metrics["wasted_moves"] == 12 - stubborn.metrics["moves"] > 0

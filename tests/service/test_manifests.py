@@ -113,3 +113,26 @@ def test_a_job_that_names_no_warm_start_gets_the_recommendation_for_its_kind_of_
         assert manifests.warm_start_examples(spec, env) == expected, backend
         asked = spec.model_copy(update={"training": spec.training.model_copy(update={"warm_start_examples": 7})})
         assert manifests.warm_start_examples(asked, env) == 7
+
+
+def test_a_pretrained_models_job_gets_the_environments_settings_where_it_sets_none_and_keeps_its_own():
+    class Agentic(MathEnvironment):
+        pretrained_job = {"training": {"groups_per_step": 2, "group_size": 4, "learning_rate": 2e-4},
+                          "validation": {"max_examples": 50, "every_n_steps": 2}}  # fmt: skip
+
+    env = Agentic()
+    spec = JobSpec.model_validate({"environment": "math", "training": {"group_size": 6}, "validation": {"patience": 5}})
+    recommended = manifests.recommended_spec(spec, env)
+    assert (recommended.training.groups_per_step, recommended.training.group_size) == (2, 6)  # the job's own kept
+    assert recommended.training.learning_rate == 2e-4 and recommended.training.max_steps == spec.training.max_steps
+    assert (recommended.validation.max_examples, recommended.validation.every_n_steps) == (50, 2)
+    assert recommended.validation.patience == 5 and recommended.seed == spec.seed
+    embedded = JobSpec.model_validate({"environment": "math", "model": {"backend": "embedded"}})
+    assert manifests.recommended_spec(embedded, env) is embedded  # trained from scratch: the spec's defaults
+    assert manifests.recommended_spec(spec, MathEnvironment()) is spec  # no recommendation: unchanged
+
+    class Wrong(MathEnvironment):
+        pretrained_job = {"training": {"group_size": 1}}
+
+    with pytest.raises(ValueError, match="group_size"):
+        manifests.recommended_spec(spec.model_copy(update={"training": type(spec.training)()}), Wrong())

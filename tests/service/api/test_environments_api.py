@@ -54,7 +54,7 @@ def test_the_math_environment_with_its_splits(client, engine, fresh_catalog):
         "splits": expected_splits, "data_fingerprints": {}, "arguments": {"level": "carry_free"}, "tools": [], "warm_start_examples": math.warm_start_examples,
         "pretrained_warm_start_examples": 0, "error": None,
     }  # fmt: skip
-    assert listed["2048"]["arguments"] == {"target_tile": 128, "max_turns": None}
+    assert listed["2048"]["arguments"] == {"target_tile": 16, "max_turns": None}
     assert listed["email"]["tools"] == ["search_inbox", "read_email", "return_final_answer"]
     assert listed["email"]["pretrained_warm_start_examples"] == 60
     assert listed["email"]["data_fingerprints"]["corpus"].startswith("sha256:")

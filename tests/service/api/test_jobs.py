@@ -43,6 +43,26 @@ def test_math_alone_is_a_queued_job_with_the_design_shape(client, auth):
     assert client.get(f"/v1/jobs/{job['id']}", headers=headers).json() == job
 
 
+def test_an_agents_job_gets_its_environments_settings_for_a_pretrained_model_where_it_sets_none(client, auth):
+    """2048 recommends smaller steps and validations than math's defaults (environments' ``pretrained_job``); what the
+    caller sets is its own, and a job that spells out the spec's default differs from one that sets nothing."""
+    import environments
+
+    headers = auth()
+    recommended = environments.load("2048").pretrained_job
+    job = submit(client, headers, {"environment": "2048", "validation": {"patience": 5}}, **{"Idempotency-Key": "a"})
+    spec = job.json()["spec"]
+    assert {k: spec["training"][k] for k in recommended["training"]} == dict(recommended["training"])
+    assert {k: spec["validation"][k] for k in recommended["validation"]} == dict(recommended["validation"])
+    assert spec["validation"]["patience"] == 5
+    assert recommended["training"]["groups_per_step"] != 8
+    explicit = {"environment": "2048", "training": {"groups_per_step": 8}, "validation": {"patience": 5}}
+    response = client.post("/v1/jobs", json=explicit, headers={**headers, "Idempotency-Key": "a"})
+    assert response.status_code == 409  # another job than the key's
+    embedded = submit(client, headers, {"environment": "2048", "model": {"backend": "embedded"}}).json()["spec"]
+    assert embedded["training"]["groups_per_step"] == 8  # a policy trained from scratch: the spec's defaults
+
+
 def test_a_retry_with_the_same_idempotency_key_returns_the_same_job(client, auth):
     headers = auth()
     first = submit(client, headers, **{"Idempotency-Key": "retry-1"})
