@@ -55,30 +55,7 @@ def train_and_read(env_name: str, seed: int, extra: list[str], *, python: str = 
         if completed.returncode != 0:
             sys.exit(f"training failed ({completed.returncode}); its error is above")
         summary = json.loads(completed.stdout.strip().splitlines()[-1])
-        with sqlite3.connect(Path(data_dir) / "artsvc.db") as db:
-            points = [
-                {"step": s, "accuracy": a, "greedy_accuracy": g, "outcomes": json.loads(o)}
-                for s, a, g, o in db.execute(
-                    "select step, accuracy, greedy_accuracy, outcomes from validation_points where job_id = ? order by step",
-                    (summary["id"],),
-                )
-            ]
-            examples = [
-                {"step": st, "scenario_id": sid, "outcome": out, "correct": bool(ok)}
-                for st, sid, out, ok in db.execute(
-                    "select step, scenario_id, outcome, correct from example_results where job_id = ? order by step, position",
-                    (summary["id"],),
-                )
-            ]
-            manifest = json.loads(db.execute("select manifest from jobs where id = ?", (summary["id"],)).fetchone()[0])
-            steps = [
-                {"step": s, "reward_mean": r, "loss": loss, "wall_time_s": w,
-                 **{k: v for k, v in json.loads(m).items() if k in ("rollout_s", "train_s")}}  # fmt: skip
-                for s, r, loss, w, m in db.execute(
-                    "select step, reward_mean, loss, wall_time_s, metrics from training_steps where job_id = ? order by step",
-                    (summary["id"],),
-                )
-            ]
+        stored = read_job(Path(data_dir) / "artsvc.db", summary["id"])
     return {
         "machine": machine(),
         "command": " ".join(command[2:]),
@@ -86,11 +63,37 @@ def train_and_read(env_name: str, seed: int, extra: list[str], *, python: str = 
         "wall_time_s": round(wall, 1),
         "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024**2, 2),
         "summary": summary,
-        "validation": points,
-        "steps": steps,
-        "examples": examples,
-        "manifest": manifest,
+        **stored,
     }
+
+
+def read_job(database: Path, job_id: str) -> dict[str, Any]:
+    """A finished job's validation points, steps, per-example outcomes and manifest, from its SQLite store."""
+    with sqlite3.connect(database) as db:
+        points = [
+            {"step": s, "accuracy": a, "greedy_accuracy": g, "outcomes": json.loads(o)}
+            for s, a, g, o in db.execute(
+                "select step, accuracy, greedy_accuracy, outcomes from validation_points where job_id = ? order by step",
+                (job_id,),
+            )
+        ]
+        examples = [
+            {"step": st, "scenario_id": sid, "outcome": out, "correct": bool(ok)}
+            for st, sid, out, ok in db.execute(
+                "select step, scenario_id, outcome, correct from example_results where job_id = ? order by step, position",
+                (job_id,),
+            )
+        ]
+        manifest = json.loads(db.execute("select manifest from jobs where id = ?", (job_id,)).fetchone()[0])
+        steps = [
+            {"step": s, "reward_mean": r, "loss": loss, "wall_time_s": w,
+             **{k: v for k, v in json.loads(m).items() if k in ("rollout_s", "train_s")}}  # fmt: skip
+            for s, r, loss, w, m in db.execute(
+                "select step, reward_mean, loss, wall_time_s, metrics from training_steps where job_id = ? order by step",
+                (job_id,),
+            )
+        ]
+    return {"validation": points, "steps": steps, "examples": examples, "manifest": manifest}
 
 
 def main() -> None:

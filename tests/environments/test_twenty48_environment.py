@@ -212,7 +212,8 @@ async def test_rollouts_end_on_the_turn_limit_or_an_unparseable_move_and_a_move_
     def wasteful(board):  # a move that changes nothing whenever there is one
         return format_move(next((d for d in DIRECTIONS if not slide(board, d)[2]), "up"))
 
-    stubborn = await Twenty48Environment(target_tile=128, max_turns=12).rollout(ScriptedModel(wasteful), row, Sampling())
+    long_game = Twenty48Environment(target_tile=128, max_turns=12)
+    stubborn = await long_game.rollout(ScriptedModel(wasteful), row, Sampling())
     boards = [m["content"] for m in stubborn.messages_and_choices[len(env.preamble()) :: 2]]
     assert stubborn.metadata["outcome"] == "turn_limit" and not stubborn.metrics["invalid_move"]
     assert stubborn.metrics["turns"] == 12 and stubborn.metrics["wasted_moves"] == 12 - stubborn.metrics["moves"] > 0

@@ -122,7 +122,8 @@ def test_a_batch_of_games_sharing_an_opening_encodes_only_each_games_new_tokens_
     model, tokenizer = lm
     opening = _turns(tokenizer)[0] * 6  # a long shared prefix, as a system prompt and few-shot turns are
     boards = [tuple(tokenizer.encode(f"<|im_start|>user\nboard {game}<|im_end|>\n")) for game in range(8)]
-    per_token = 2 * sum(p.numel() for p in model.model.layers[0].self_attn.k_proj.parameters()) // model.config.hidden_size
+    key_proj = model.model.layers[0].self_attn.k_proj
+    per_token = 2 * sum(p.numel() for p in key_proj.parameters()) // model.config.hidden_size
     bound = (len(opening) + 8 * 40) * per_token * 4 * model.config.num_hidden_layers  # float32 keys and values
     assert bound < 8 * len(opening) * per_token * 4 * model.config.num_hidden_layers  # not 8 whole openings
     generator = Generator(model, tokenizer, end_token_ids=chat.end_token_ids(tokenizer), prefix_cache_bytes=bound)

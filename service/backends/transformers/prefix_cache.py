@@ -91,7 +91,8 @@ class States:
             at += used
 
     def layers(self, length: int) -> KV:
-        """Every layer's states of the first ``length`` positions, contiguous (a copy where there are several pieces)."""
+        """Every layer's states of the first ``length`` positions, contiguous (a copy where there are several
+        pieces)."""
         pieces = self.first(length).pieces
         if len(pieces) == 1:
             segment, used = pieces[0]
