@@ -108,7 +108,7 @@ def main() -> None:
     (RESULTS / f"{name}_rl{'_' + args.label if args.label else ''}.json").write_text(json.dumps(result, indent=2) + "\n")
     summary, points = result["summary"], result["validation"]
     best = next(p for p in points if p["step"] == summary["best_step"])
-    step0 = points[0]
+    step0 = next(p for p in points if p["step"] == 0)  # a warm-started job's base model comes first, at step -1
     print("| env | step-0 val acc (greedy) | best val acc (greedy) | best step | steps | stop | wall time | peak RSS |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     print(
