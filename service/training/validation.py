@@ -29,20 +29,23 @@ async def validate(
     """Accuracy on ``rows`` at ``temperature`` (the recorded number) and greedily, with the sampled rollouts.
 
     Each example's sampled and greedy rollouts are started side by side, so the serving backend decodes them in one
-    batch and encodes their shared prompt once (done one pass after the other, every prompt was encoded twice)."""
+    batch and encodes their shared prompt once (done one pass after the other, every prompt was encoded twice). At
+    temperature 0 the sampled pass is the greedy one: it is played once."""
     started = time.monotonic()
-    both = await art.gather_trajectories(
+    temperatures = (temperature, 0.0) if temperature > 0 else (0.0,)
+    played = await art.gather_trajectories(
         (
             env.rollout(model, row, Sampling(temperature=t, seed=derive_seed(seed, "val", row["id"])))
             for row in rows
-            for t in (temperature, 0.0)
+            for t in temperatures
         ),
         pbar_desc=None,
     )
-    trajectories, greedy_trajectories = both[0::2], both[1::2]
+    passes = len(temperatures)
+    trajectories, greedy_trajectories = played[0::passes], played[passes - 1 :: passes]
     accuracy = sum(env.is_correct(t) for t in trajectories) / len(trajectories)
     greedy = sum(env.is_correct(t) for t in greedy_trajectories) / len(greedy_trajectories)
-    tokens = [completion_tokens(t) for t in (*trajectories, *greedy_trajectories)]
+    tokens = [completion_tokens(t) for t in played]
     values = ValidationCreate(
         accuracy=accuracy,
         greedy_accuracy=greedy,

@@ -250,3 +250,18 @@ async def test_an_untrained_policy_loses_on_its_first_garbled_reply(tmp_path):
         assert isinstance(choice, Choice) and choice.logprobs is not None
         assert trajectory.metadata["outcome"] == "invalid_move" and trajectory.metrics["moves"] == 0
         assert trajectory.reward < 0.0
+
+
+@pytest.mark.asyncio
+async def test_a_greedy_validation_plays_each_game_once_and_a_sampled_one_plays_it_greedily_beside():
+    from service.training.validation import validate
+
+    env = Twenty48Environment(target_tile=16, max_turns=3)
+    rows = env.scenarios("val")[:4]
+    for temperature, passes in ((1.0, 2), (0.0, 1)):
+        model = ScriptedModel(lambda board: format_move(choose_move(board, random.Random(0))))
+        values, sampled = await validate(env, model, rows, seed=0, temperature=temperature)
+        first_turns = [call for call in model.calls if len(call["messages"]) == len(env.opening(rows[0]))]
+        assert sorted(call["temperature"] for call in first_turns) == sorted([temperature, 0.0][:passes] * len(rows))
+        assert len(sampled) == values.examples == len(rows) and values.temperature == temperature
+        assert values.accuracy == values.greedy_accuracy  # the scripted player ignores the temperature
