@@ -322,3 +322,19 @@ def test_a_growing_cache_holds_what_transformers_cache_holds_and_writes_decoded_
     both_take(states(1, rows=2))
     both_take(states(300, rows=2))  # past the buffer's room: made again, larger
     assert growing.get_seq_length() == reference.get_seq_length() == 5 + 4 + 1 + 300
+
+
+def test_a_token_whose_text_holds_a_nul_is_never_drawn_even_when_the_model_wants_it(lm):
+    """The API refuses NUL in a body, so a reply holding one could not be posted back by an ART client."""
+    model, tokenizer = lm
+    [nul] = [i for i in tokenizer.get_vocab().values() if "\x00" in tokenizer.decode([i])]
+    head = model.get_output_embeddings()
+    hook = head.register_forward_hook(lambda _, args, out: out.index_fill(-1, torch.tensor([nul]), 100.0))
+    try:
+        prompt = tuple(tokenizer.encode("Say one word."))
+        requests = [SamplingRequest(prompt_ids=prompt, n=4, max_tokens=6, seed=1),
+                    SamplingRequest(prompt_ids=prompt, max_tokens=6, temperature=0)]
+        samples = [s for batch in _generator(lm).generate(requests) for s in batch]
+    finally:
+        hook.remove()
+    assert samples and all(nul not in s.token_ids and "\x00" not in s.text for s in samples)

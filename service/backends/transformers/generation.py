@@ -68,6 +68,15 @@ def _common_prefix(prompts: list[tuple[int, ...]]) -> int:
     return length
 
 
+def _nul_tokens(tokenizer: object) -> torch.Tensor:
+    """Ids of the tokens whose text holds a NUL character (SmolLM2's byte token for 0x00), never drawn: the API refuses
+    NUL in a body (PostgreSQL cannot store it), so an ART client posting such a reply back got a 422 for the service's
+    own sample. Their logprobs are still reported from the unmasked distribution, as the trainer computes them."""
+    vocabulary = tokenizer.get_vocab()  # type: ignore[attr-defined]
+    ids = [i for i in vocabulary.values() if "\x00" in tokenizer.decode([i])]  # type: ignore[attr-defined]
+    return torch.tensor(ids, dtype=torch.long)
+
+
 def _choose(logits: torch.Tensor, rows: list[_Row]) -> list[int]:
     """Each row's next token: its argmax where its temperature is 0, else a draw from softmax(logits / temperature),
     nucleus-truncated where its ``top_p`` < 1, by inverse CDF with one uniform from the row's own generator.
@@ -108,6 +117,7 @@ class Generator:
     def __init__(self, model: torch.nn.Module, tokenizer: object, *, end_token_ids: set[int],
                  prefix_cache_bytes: int = MAX_BYTES) -> None:  # fmt: skip
         self.model, self.tokenizer, self.end_token_ids = model, tokenizer, end_token_ids
+        self._unwritable = _nul_tokens(tokenizer)
         self.prefix_cache = PrefixCache(prefix_cache_bytes)  # 0: every prompt is encoded from its first token
 
     @property
@@ -224,7 +234,7 @@ class Generator:
         """Sample each live row's next token from its own generator and record it with its logprob; the rows that
         end (an end token, a stop string, ``max_tokens``) are marked done."""
         logprobs = torch.log_softmax(logits, dim=-1)
-        chosen = _choose(logits, live)
+        chosen = _choose(logits.index_fill(1, self._unwritable.to(logits.device), -torch.inf), live)
         picked = logprobs.gather(1, torch.tensor(chosen, device=logits.device).unsqueeze(1)).squeeze(1).tolist()
         for i, (row, token) in enumerate(zip(live, chosen)):
             sample, request = row.sample, row.request
