@@ -202,13 +202,12 @@ def recommended_spec(spec: JobSpec, env: Environment) -> JobSpec:
     left unset, for a job on the transformers backend (others train from scratch or on a GPU: the spec's defaults).
     ValueError where the environment recommends what JobSpec refuses."""
     recommended = env.pretrained_job if spec.model.backend == "transformers" else {}
-    data = spec.model_dump(exclude_unset=True)
+    data, changed = spec.model_dump(exclude_unset=True), False
     for section in ("training", "validation"):
         given = getattr(spec, section).model_fields_set
-        unset = {name: value for name, value in recommended.get(section, {}).items() if name not in given}
-        if unset:
-            data[section] = {**unset, **data.get(section, {})}
-    return JobSpec.model_validate(data) if data != spec.model_dump(exclude_unset=True) else spec
+        if unset := {name: value for name, value in recommended.get(section, {}).items() if name not in given}:
+            data[section], changed = {**unset, **data.get(section, {})}, True
+    return JobSpec.model_validate(data) if changed else spec
 
 
 def warm_start_examples(spec: JobSpec, env: Environment) -> int:

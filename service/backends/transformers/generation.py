@@ -117,7 +117,7 @@ class Generator:
     def __init__(self, model: torch.nn.Module, tokenizer: object, *, end_token_ids: set[int],
                  prefix_cache_bytes: int = MAX_BYTES) -> None:  # fmt: skip
         self.model, self.tokenizer, self.end_token_ids = model, tokenizer, end_token_ids
-        self._unwritable = _nul_tokens(tokenizer)
+        self._unwritable = _nul_tokens(tokenizer).to(self.device)
         self.prefix_cache = PrefixCache(prefix_cache_bytes)  # 0: every prompt is encoded from its first token
 
     @property
@@ -234,7 +234,7 @@ class Generator:
         """Sample each live row's next token from its own generator and record it with its logprob; the rows that
         end (an end token, a stop string, ``max_tokens``) are marked done."""
         logprobs = torch.log_softmax(logits, dim=-1)
-        chosen = _choose(logits.index_fill(1, self._unwritable.to(logits.device), -torch.inf), live)
+        chosen = _choose(logits.index_fill_(1, self._unwritable, -torch.inf), live)  # a column each, in place
         picked = logprobs.gather(1, torch.tensor(chosen, device=logits.device).unsqueeze(1)).squeeze(1).tolist()
         for i, (row, token) in enumerate(zip(live, chosen)):
             sample, request = row.sample, row.request

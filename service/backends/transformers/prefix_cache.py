@@ -156,11 +156,11 @@ class PrefixCache:
         if new.nbytes > self.max_bytes:
             return
         states = States((*pieces, (new, new.length)))
+        for segment, _ in states.pieces:  # held before the entries it extends go: their segments stay counted
+            self._hold(segment)
         for key in [k for k in self._entries if len(k) <= len(ids) and ids[: len(k)] == k]:
             self._drop(key)
         self._entries[ids] = states
-        for segment, _ in states.pieces:
-            self._hold(segment)
         while self._entries and (self._bytes > self.max_bytes or len(self._entries) > MAX_ENTRIES):
             self._drop(next(iter(self._entries)))
 
