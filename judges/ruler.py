@@ -41,6 +41,7 @@ from judges.groups import rescore
 from judges.judgement import GroupJudgement
 from judges.usage import BudgetSpent, JudgeBudget, JudgeUsage, UsageMeter
 
+EXPLANATION_CHARS = 300  # of an exact verdict's explanation: a small judge otherwise rambles to its token limit
 VERSION = "ruler-artsvc-1.0.0"  # bump when the judging semantics (prompt, matching, clamping) change
 SYSTEM_WITH_TOOLS = files("judges").joinpath("ruler.txt").read_text(encoding="utf-8").removesuffix("\n")  # package data
 
@@ -58,19 +59,41 @@ class JudgeConfig:
     backoff_s: float = 1.0
     max_backoff_s: float = 30.0
     concurrency: int = 4
+    exact_verdicts: bool = False  # ask for exact_verdict_format (an endpoint that holds replies to a JSON schema)
 
     def system_rubric(self, tools: list[Any] | None) -> str:
         """The judge's system message: the job's rubric (ART's by default), then the tools the agent had."""
         rubric = (self.rubric or DEFAULT_RUBRIC).strip()
         return SYSTEM_WITH_TOOLS.format(rubric=rubric, tools=json.dumps(tools, sort_keys=True)) if tools else rubric
 
-    def litellm_params(self) -> dict[str, Any]:
+    def litellm_params(self, verdicts: int) -> dict[str, Any]:
+        """litellm's parameters for a call judging ``verdicts`` trajectories."""
         params: dict[str, Any] = {"timeout": self.timeout_s, "max_retries": 0}  # the retries are ours, not the SDK's
+        if self.exact_verdicts:  # the body's response_format, in place of the generic one ART's ruler passes
+            params["extra_body"] = {"response_format": exact_verdict_format(verdicts)}
         if self.api_base:
             params["api_base"] = self.api_base
         if self.api_key:
             params["api_key"] = self.api_key
         return params
+
+
+def exact_verdict_format(count: int) -> dict[str, Any]:
+    """The JSON schema of the verdicts ``apply_scores`` accepts for ``count`` judged trajectories, as a
+    ``response_format``: RULER's fields in its order (the explanation before the score), ids 1..count each once in
+    order, scores in [0, 1], explanations of at most EXPLANATION_CHARS. An endpoint that holds a reply to a schema
+    (this service's own serving, vLLM) then gets a usable verdict from any judge, however small; what is left to
+    the judge is the judging. OpenAI's strict mode does not take these keywords: for local judges only."""
+    def verdict(trajectory_id: int) -> dict[str, Any]:
+        fields = {"trajectory_id": {"const": str(trajectory_id)},
+                  "explanation": {"type": "string", "maxLength": EXPLANATION_CHARS},
+                  "score": {"type": "number", "minimum": 0, "maximum": 1}}  # fmt: skip
+        return {"type": "object", "properties": fields, "required": list(fields), "additionalProperties": False}
+
+    scores = {"type": "array", "prefixItems": [verdict(i) for i in range(1, count + 1)], "items": False,
+              "minItems": count}  # fmt: skip
+    schema = {"type": "object", "properties": {"scores": scores}, "required": ["scores"], "additionalProperties": False}
+    return {"type": "json_schema", "json_schema": {"name": "Response", "schema": schema}}
 
 
 class MalformedVerdict(ValueError):
@@ -95,6 +118,8 @@ class RulerJudge:
         messages = [t.messages() for t in group.trajectories]
         tools = next((t.tools for t in group.trajectories if t.tools), None)
         rubric = self.config.system_rubric(tools)
+        identical = all(m == messages[0] for m in messages)  # ART's ruler then sends (and scores) the first alone
+        params = self.config.litellm_params(1 if identical else len(messages))
         for attempt in range(1, self.config.max_retries + 2):
             meter = UsageMeter(self.config.model)
             try:
@@ -102,7 +127,7 @@ class RulerJudge:
                     with meter.activate_context():
                         scores = await asyncio.wait_for(
                             ruler(messages, judge_model=self.config.model, rubric=rubric,
-                                  extra_litellm_params=self.config.litellm_params()),
+                                  extra_litellm_params=params),
                             timeout=self.config.timeout_s,
                         )  # fmt: skip
                 rescored, clamped = apply_scores(group, scores)

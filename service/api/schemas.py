@@ -239,7 +239,7 @@ class ChatCompletionCreate(ChatCompletionRequest):
     model: str = Field(
         min_length=1, max_length=256, description="`JOB_ID` (the job's best validation step, else its latest "
         "checkpoint), or `JOB_ID@STEP` with STEP a number, `best` or `latest`; a model ART's client registered: "
-        "`wandb-artifact:///ENTITY/PROJECT/NAME` or `...:stepN`.",
+        "`wandb-artifact:///ENTITY/PROJECT/NAME` or `...:stepN`; a base model the operator serves, by name.",
     )  # fmt: skip
     messages: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_MESSAGES)
     n: int = Field(1, ge=1, le=MAX_COMPLETIONS)

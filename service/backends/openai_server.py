@@ -46,6 +46,7 @@ class ChatCompletionRequest(BaseModel):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
     tools: list[dict[str, Any]] | None = None  # enables parsing tool calls out of the policy's text
+    response_format: dict[str, Any] | None = None  # json_schema or json_object: the reply is held to it
 
 
 class ServingError(Exception):

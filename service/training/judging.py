@@ -86,6 +86,7 @@ def judge_for(
             max_retries=settings.judge_max_retries,
             backoff_s=settings.judge_backoff_s,
             concurrency=settings.judge_concurrency,
+            exact_verdicts=settings.judge_exact_verdicts,
         ),
         budget=budget,
     )

@@ -90,8 +90,10 @@ async def chat_completions(
     body: ChatCompletionCreate, request: Request, caller: CallerDep, settings: SettingsDep, store: EngineDep
 ) -> dict[str, Any]:
     """An OpenAI `chat.completion` from a checkpoint of one of your jobs (transformers backend): `n`, `temperature`,
-    `top_p`, `max_tokens`, `stop`, `seed`, `logprobs` (tokens named `token_id:N`), `top_logprobs` and `tools`
-    (Hermes tool calls returned as `tool_calls`). Without `max_tokens`, up to ARTSVC_INFERENCE_MAX_TOKENS. `stream`:
+    `top_p`, `max_tokens`, `stop`, `seed`, `logprobs` (tokens named `token_id:N`), `top_logprobs`, `tools`
+    (Hermes tool calls returned as `tool_calls`) and `response_format` (`json_schema` or `json_object`: the reply is
+    held to the schema as it is sampled). A base model the operator serves (ARTSVC_SERVED_BASE_MODELS) is named by its
+    name. Without `max_tokens`, up to ARTSVC_INFERENCE_MAX_TOKENS. `stream`:
     the completion as server-sent `chat.completion.chunk` events ending in `[DONE]`, once it is sampled."""
     limit = settings.inference_max_tokens
     for name in ("max_tokens", "max_completion_tokens"):
@@ -119,6 +121,9 @@ async def _complete(
         body = body.model_copy(update={"logprobs": True}) if not body.logprobs else body
         return await unless_disconnected(request, inference.complete(
             served.folder, body, model=served.name, tenant=caller.id, base_model=served.base_model))
+    if (source := settings.served_base_model(body.model)) is not None:  # the operator's: a local judge, say
+        served = inference.complete(None, body, model=body.model, tenant=caller.id, base_model=source)
+        return await unless_disconnected(request, served)
     job_id, checkpoint = await in_request_thread(threads, find_checkpoint, store, caller=caller, settings=settings,
                                                  model=body.model)  # fmt: skip
     served_name = f"{job_id}@{checkpoint.step}"
@@ -130,16 +135,17 @@ MAX_LISTED_JOBS = 100  # the newest jobs /v1/models lists
 
 
 @router.get("/models", responses=RESPONSES)
-def list_models(session: SessionDep, caller: CallerDep) -> dict[str, Any]:
-    """The models you can sample from here, as OpenAI lists them: the models your ART client registered (named as ART
-    names them: their newest checkpoint) and your newest training jobs of the transformers backend (by id: the best
-    step, else the latest)."""
+def list_models(session: SessionDep, caller: CallerDep, settings: SettingsDep) -> dict[str, Any]:
+    """The models you can sample from here, as OpenAI lists them: the base models the operator serves, the models your
+    ART client registered (named as ART names them: their newest checkpoint) and your newest training jobs of the
+    transformers backend (by id: the best step, else the latest)."""
     models = session.exec(select(ClientModel).where(col(ClientModel.owner_id) == caller.id)
                           .order_by(col(ClientModel.created_at).desc())).all()  # fmt: skip
     series = {model.job_id for model in models}
     jobs = session.exec(select(Job).where(col(Job.owner_id) == caller.id, col(Job.kind) == JobKind.training)
                         .order_by(col(Job.created_at).desc()).limit(MAX_LISTED_JOBS + len(series))).all()  # fmt: skip
-    data = [_listed(names.artifact_name(m.entity, m.project, m.name), m.created_at.timestamp()) for m in models]
+    data = [_listed(entry.partition("=")[0], 0) for entry in settings.served_base_models]
+    data += [_listed(names.artifact_name(m.entity, m.project, m.name), m.created_at.timestamp()) for m in models]
     data += [_listed(job.id, job.created_at.timestamp()) for job in jobs
              if job.id not in series and checkpoints.job_backend(job) == "transformers"][:MAX_LISTED_JOBS]  # fmt: skip
     return {"object": "list", "data": data}

@@ -20,6 +20,7 @@ from transformers import DynamicCache
 from service.backends.openai_server import Sample
 from service.backends.transformers import batch_cache
 from service.backends.transformers.prefix_cache import MAX_BYTES, PrefixCache, States
+from service.backends.transformers.structured import Guide, Matcher
 
 
 PREFILL_CHUNK = 512  # prompt tokens encoded per forward pass where sampling may be stopped
@@ -48,6 +49,7 @@ class SamplingRequest:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     top_logprobs: int = 0
+    grammar: str | None = None  # llguidance's grammar the reply is held to (structured.py); None: free text
 
 
 @dataclass
@@ -56,6 +58,7 @@ class _Row:
     prompt: int  # index into the batch's distinct prompts
     generator: torch.Generator
     sample: Sample
+    matcher: Matcher | None = None
     done: bool = False
 
 
@@ -119,6 +122,15 @@ class Generator:
         self.model, self.tokenizer, self.end_token_ids = model, tokenizer, end_token_ids
         self._unwritable = _nul_tokens(tokenizer).to(self.device)
         self.prefix_cache = PrefixCache(prefix_cache_bytes)  # 0: every prompt is encoded from its first token
+        self._guide: Guide | None = None  # built on the first structured request
+
+    def _matcher(self, grammar: str | None) -> Matcher | None:
+        if grammar is None:
+            return None
+        if self._guide is None:
+            vocab_size = self.model.get_output_embeddings().weight.shape[0]  # type: ignore[operator]
+            self._guide = Guide(self.tokenizer, vocab_size=vocab_size, end_token_ids=self.end_token_ids)
+        return self._guide.matcher(grammar)
 
     @property
     def device(self) -> torch.device:
@@ -142,6 +154,7 @@ class Generator:
                 prompt=prompts.index(r.prompt_ids),
                 generator=torch.Generator(device=self.device).manual_seed((r.seed if r.seed is not None else secrets.randbits(62)) + i),
                 sample=Sample(context_tokens=len(r.prompt_ids)),
+                matcher=self._matcher(r.grammar),
             )
             for r in requests
             for i in range(r.n)
@@ -234,7 +247,11 @@ class Generator:
         """Sample each live row's next token from its own generator and record it with its logprob; the rows that
         end (an end token, a stop string, ``max_tokens``) are marked done."""
         logprobs = torch.log_softmax(logits, dim=-1)
-        chosen = _choose(logits.index_fill_(1, self._unwritable, -torch.inf), live)  # a column each, in place
+        logits.index_fill_(1, self._unwritable, -torch.inf)  # a column each, in place
+        for i, row in enumerate(live):
+            if row.matcher is not None:
+                row.matcher.mask(logits[i])
+        chosen = _choose(logits, live)
         picked = logprobs.gather(1, torch.tensor(chosen, device=logits.device).unsqueeze(1)).squeeze(1).tolist()
         for i, (row, token) in enumerate(zip(live, chosen)):
             sample, request = row.sample, row.request
@@ -243,8 +260,12 @@ class Generator:
             if request.top_logprobs:
                 values, ids = torch.topk(logprobs[i], request.top_logprobs)
                 sample.top_logprobs.append(list(zip(ids.tolist(), values.tolist())))
+            if row.matcher is not None:
+                row.matcher.advance(token)
             if token in self.end_token_ids:
                 sample.finish_reason, row.done = "stop", True
+            elif row.matcher is not None and row.matcher.failed:
+                row.done = True
             elif request.stop and (hit := self._stop_string(row)) is not None:
                 text = self._text(sample)
                 sample.text = text[: text.index(hit)]

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from service.backends.openai_server import ChatCompletionRequest, ServingError
-from service.backends.transformers import chat
+from service.backends.transformers import chat, structured
 from service.backends.transformers.generation import SamplingRequest
 from service.backends.transformers.literal_prompt import ControlTokenInText, render_literal_prompt
 
@@ -42,6 +42,10 @@ class TemplateChat:
             raise ServingError(400, f"invalid messages: {exc}", "invalid_request") from None
         except Exception as exc:  # a message the template cannot render (a missing field, a wrong type)
             raise ServingError(400, f"invalid messages: {type(exc).__name__}: {exc}"[:500], "invalid_request") from None
+        try:
+            grammar = structured.grammar_for(request.response_format)
+        except structured.ResponseFormatError as exc:
+            raise ServingError(400, f"invalid request: {exc}", "invalid_request") from None
         if self._max_context is not None and len(prompt) + max_tokens > self._max_context:
             raise ServingError(
                 400, f"the prompt is {len(prompt)} tokens and max_tokens {max_tokens}: more than this model's context "
@@ -50,6 +54,7 @@ class TemplateChat:
         return SamplingRequest(
             prompt_ids=tuple(prompt), n=request.n, temperature=request.temperature, top_p=request.top_p,
             max_tokens=max_tokens, stop=stop, seed=request.seed, top_logprobs=request.top_logprobs or 0,
+            grammar=grammar,
         )  # fmt: skip
 
     def token_text(self, model: str, token_id: int) -> tuple[str, bytes]:
