@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ipaddress
-import re
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
@@ -12,8 +11,6 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.spec import RewardSpec
-
-SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")  # a served base model's name, as clients send it
 
 if TYPE_CHECKING:
     from judges.graders import CodeGraders
@@ -130,20 +127,12 @@ class Settings(BaseSettings):
     )
     judge_concurrency: int = Field(4, gt=0, le=256, description="Judge calls one job may have out at once.")
     judge_backoff_s: float = Field(1.0, ge=0, le=60, description="First wait before retrying a judge call; it doubles.")
-    judge_exact_verdicts: bool = Field(
-        False,
-        description="Ask RULER judges for the exact JSON schema of a usable verdict (ids 1..n each once, scores in "
-        "[0, 1], explanations of at most 300 characters) instead of RULER's generic one. For an endpoint that holds "
-        "replies to a full JSON schema (this service's own /v1, vLLM): a small local judge then always answers a "
-        "verdict. OpenAI's strict mode refuses these keywords.",
-    )
-    served_base_models: Annotated[list[str], NoDecode] = Field(
-        default_factory=list,
-        description="Base models anyone with a token may sample from by name at POST /v1/chat/completions (a local "
-        "judge: point judge_api_base at this server's /v1), comma-separated `NAME` (SmolLM2-135M-Instruct, a "
-        "model id in the Hugging Face cache) or `NAME=SOURCE` (a model directory or .gguf file served as NAME).",
-    )
-
+    judge_exact_verdicts: bool = Field(False, description="Ask RULER judges for the exact schema of a usable verdict "
+                                       "(ids 1..n once each, scores in [0, 1]), for an endpoint that holds replies to "
+                                       "a JSON schema (this server's /v1, vLLM; not OpenAI's strict mode).")
+    served_base_models: Annotated[list[str], NoDecode] = Field(default_factory=list, description="Base models any "
+        "token may sample from at POST /v1/chat/completions (a local judge), comma-separated `NAME` (as a job names a "
+        "base model) or `NAME=SOURCE` (a model directory or .gguf file served as NAME).")  # fmt: skip
     # Baselines likewise: an evaluation or a job's baseline names one of baseline_models.
     baseline_models: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -337,19 +326,15 @@ class Settings(BaseSettings):
     @field_validator("served_base_models")
     @classmethod
     def _served_names_are_plain(cls, value: list[str]) -> list[str]:
-        for entry in value:
-            name = entry.partition("=")[0]
-            if not SERVED_NAME.fullmatch(name):
-                raise ValueError(f"served_base_models: {name!r} is not a model name (letters, digits, ._-/, up to 128)")
+        plain = lambda n: 0 < len(n) <= 128 and n[0].isalnum() and all(c.isalnum() or c in "._/-" for c in n)  # noqa: E731
+        if bad := [e.partition("=")[0] for e in value if not (e.isascii() and plain(e.partition("=")[0]))]:
+            raise ValueError(f"served_base_models: {bad[0]!r} is not a model name (letters, digits, ._-/, up to 128)")
         return value
 
     def served_base_model(self, name: str) -> str | None:
-        """What ``name`` serves (served_base_models: a base model as training names one), None if it is not served."""
-        for entry in self.served_base_models:
-            served, equals, source = entry.partition("=")
-            if served == name:
-                return source if equals else served
-        return None
+        """The base model served as ``name`` (served_base_models), None if none is."""
+        served = dict((e.partition("=")[0], e.partition("=")[2] or e.partition("=")[0]) for e in self.served_base_models)
+        return served.get(name)
 
     @field_validator("data_dir")
     @classmethod

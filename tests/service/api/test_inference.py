@@ -404,3 +404,30 @@ def test_a_callers_requests_that_arrive_together_are_decoded_as_one_batch(
     assert sum(sent) == 8 and len(sent) <= 2, sent
     assert len({tuple(token_ids(r.choices[0])) for r in replies}) == 1  # the same greedy reply in every row
     assert {r.model for r in replies} == {f"{job_id}@2"}
+
+
+def test_a_base_model_the_operator_serves_answers_anyone_by_name_held_to_a_json_schema(
+    app, live_server, engine, settings, owned, tiny_lm
+):
+    """A local judge: the operator serves a base model under a name (its directory never shown), any token samples
+    from it, and ``response_format`` holds the reply to a schema; a name that is not served is not found."""
+    app.state.settings = settings.model_copy(update={"served_base_models": [f"local-judge={tiny_lm}"]})
+    _, key = owned
+    api = client(live_server, key)
+    assert "local-judge" in [model.id for model in api.models.list().data]
+    schema = {"type": "object", "properties": {"score": {"type": "integer", "minimum": 0, "maximum": 9}},
+              "required": ["score"], "additionalProperties": False}  # fmt: skip
+    response_format = {"type": "json_schema", "json_schema": {"name": "score", "schema": schema}}
+    reply = api.chat.completions.create(model="local-judge", messages=MESSAGES, max_tokens=20, n=3, seed=1,
+                                        response_format=response_format)  # fmt: skip
+    assert reply.model == "local-judge" and str(tiny_lm) not in reply.model_dump_json()
+    assert all(0 <= json.loads(choice.message.content)["score"] <= 9 for choice in reply.choices)
+    free = api.chat.completions.create(model="local-judge", messages=MESSAGES, max_tokens=5, temperature=0)
+    assert free.choices[0].message.content  # free text without a response_format
+
+    with pytest.raises(openai.BadRequestError, match="response_format"):
+        api.chat.completions.create(model="local-judge", messages=MESSAGES, max_tokens=2,
+                                    response_format={"type": "json_schema", "json_schema": {"schema": {"type": 7}}})  # fmt: skip
+    for model in ("SmolLM2-135M-Instruct", str(tiny_lm), "local-judge@1"):
+        with pytest.raises(openai.NotFoundError):
+            api.chat.completions.create(model=model, messages=MESSAGES, max_tokens=1)
