@@ -50,6 +50,20 @@ class ApiClient:
     def __exit__(self, *exc_info: object) -> None:
         self._http.close()
 
+    def wait_until_healthy(self, timeout_s: float = 120.0) -> None:
+        """Return once ``/healthz`` says ok (a server just started: its store and workers up); ApiError after
+        ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if self._http.get("/healthz").json().get("status") == "ok":
+                    return
+            except (httpx.TransportError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise ApiError(f"the API at {self.base_url} was not healthy within {timeout_s:.0f} s")
+            time.sleep(0.2)
+
     def submit(self, spec: Any, *, idempotency_key: str | None = None) -> tuple[dict[str, Any], bool]:
         """Queue a job; returns it and whether an earlier submission with the same key made it."""
         headers = {"Idempotency-Key": _header_value(idempotency_key, "the idempotency key")} if idempotency_key else {}

@@ -78,6 +78,10 @@ class EnvironmentPublic(BaseModel):
         None, description="Demonstrations a pretrained model (the transformers backend) gets unless the job says "
         "otherwise."
     )
+    pretrained_job: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Training and validation settings a job on the transformers backend gets "
+        "where it leaves them unset (smaller steps and validations for an agent whose turns are model calls)."
+    )
     error: str | None = Field(None, description="Why the environment could not be loaded (the rest is then empty).")
 
 

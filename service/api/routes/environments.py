@@ -47,6 +47,7 @@ def describe(name: str) -> EnvironmentPublic:
             tools=[tool["function"]["name"] for tool in env.tools],
             warm_start_examples=env.warm_start_examples,
             pretrained_warm_start_examples=env.pretrained_warm_start_examples,
+            pretrained_job={section: dict(fields) for section, fields in env.pretrained_job.items()},
             **versions,
         )
     except Exception as exc:  # a broken plugin must not take the listing down

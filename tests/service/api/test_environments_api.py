@@ -52,8 +52,11 @@ def test_the_math_environment_with_its_splits(client, engine, fresh_catalog):
     assert listed["math"] == {
         "name": "math", "version": math.version, "scorer_name": math.scorer_name, "scorer_version": math.scorer_version,
         "splits": expected_splits, "data_fingerprints": {}, "arguments": {"level": "carry_free"}, "tools": [], "warm_start_examples": math.warm_start_examples,
-        "pretrained_warm_start_examples": 0, "error": None,
+        "pretrained_warm_start_examples": 0, "pretrained_job": {}, "error": None,
     }  # fmt: skip
+    assert listed["2048"]["pretrained_job"] == {section: dict(fields) for section, fields
+                                                in environments.load("2048").pretrained_job.items()}  # fmt: skip
+    assert listed["2048"]["pretrained_job"]["training"]["group_size"] == 8
     assert listed["2048"]["arguments"] == {"target_tile": 16, "max_turns": None}
     assert listed["email"]["tools"] == ["search_inbox", "read_email", "return_final_answer"]
     assert listed["email"]["pretrained_warm_start_examples"] == 60
