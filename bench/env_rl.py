@@ -87,7 +87,8 @@ def read_job(database: Path, job_id: str) -> dict[str, Any]:
         manifest = json.loads(db.execute("select manifest from jobs where id = ?", (job_id,)).fetchone()[0])
         steps = [
             {"step": s, "reward_mean": r, "loss": loss, "wall_time_s": w,
-             **{k: v for k, v in json.loads(m).items() if k in ("rollout_s", "train_s") or k.startswith("judge")}}  # fmt: skip
+             **{k: v for k, v in json.loads(m).items()
+                if k in ("rollout_s", "train_s") or k.startswith("judge")}}  # fmt: skip
             for s, r, loss, w, m in db.execute(
                 "select step, reward_mean, loss, wall_time_s, metrics from training_steps where job_id = ? order by step",
                 (job_id,),

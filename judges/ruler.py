@@ -42,6 +42,7 @@ from judges.judgement import GroupJudgement
 from judges.usage import BudgetSpent, JudgeBudget, JudgeUsage, UsageMeter
 
 EXPLANATION_CHARS = 300  # of an exact verdict's explanation: a small judge otherwise rambles to its token limit
+SCORE_GRID = [i / 100 for i in range(101)]  # an exact verdict's scores: a number's digits are otherwise unbounded too
 VERSION = "ruler-artsvc-1.0.0"  # bump when the judging semantics (prompt, matching, clamping) change
 SYSTEM_WITH_TOOLS = files("judges").joinpath("ruler.txt").read_text(encoding="utf-8").removesuffix("\n")  # package data
 
@@ -81,13 +82,14 @@ class JudgeConfig:
 def exact_verdict_format(count: int) -> dict[str, Any]:
     """The JSON schema of the verdicts ``apply_scores`` accepts for ``count`` judged trajectories, as a
     ``response_format``: RULER's fields in its order (the explanation before the score), ids 1..count each once in
-    order, scores in [0, 1], explanations of at most EXPLANATION_CHARS. An endpoint that holds a reply to a schema
-    (this service's own serving, vLLM) then gets a usable verdict from any judge, however small; what is left to
-    the judge is the judging. OpenAI's strict mode does not take these keywords: for local judges only."""
+    order, scores on SCORE_GRID (0, 0.01, ..., 1), explanations of at most EXPLANATION_CHARS. An endpoint that holds
+    a reply to a schema (this service's own serving, vLLM) then gets a usable verdict of bounded length from any
+    judge, however small; what is left to the judge is the judging. OpenAI's strict mode does not take these
+    keywords: for local judges only."""
     def verdict(trajectory_id: int) -> dict[str, Any]:
         fields = {"trajectory_id": {"const": str(trajectory_id)},
                   "explanation": {"type": "string", "maxLength": EXPLANATION_CHARS},
-                  "score": {"type": "number", "minimum": 0, "maximum": 1}}  # fmt: skip
+                  "score": {"enum": SCORE_GRID}}  # fmt: skip
         return {"type": "object", "properties": fields, "required": list(fields), "additionalProperties": False}
 
     scores = {"type": "array", "prefixItems": [verdict(i) for i in range(1, count + 1)], "items": False,

@@ -119,17 +119,13 @@ class Settings(BaseSettings):
         description="OpenAI-compatible endpoint of the judges; unset, litellm's provider variables (OPENAI_BASE_URL...).",
     )
     judge_api_key: SecretStr | None = Field(None, description="Key for judge_api_base; unset, the provider's variable.")
-    judge_timeout_s: float = Field(
-        60.0, gt=0, le=3600, description="Seconds one judge call may take before it is retried."
-    )
-    judge_max_retries: int = Field(
-        4, ge=0, le=20, description="Retries of a judge call (timeouts, 429, 5xx, malformed)."
-    )
+    judge_timeout_s: float = Field(60.0, gt=0, le=3600, description="Seconds one judge call may take before a retry.")
+    judge_max_retries: int = Field(4, ge=0, le=20, description="Retries of a judge call (timeout, 429, 5xx, bad JSON).")
     judge_concurrency: int = Field(4, gt=0, le=256, description="Judge calls one job may have out at once.")
     judge_backoff_s: float = Field(1.0, ge=0, le=60, description="First wait before retrying a judge call; it doubles.")
     judge_exact_verdicts: bool = Field(False, description="Ask RULER judges for the exact schema of a usable verdict "
-                                       "(ids 1..n once each, scores in [0, 1]), for an endpoint that holds replies to "
-                                       "a JSON schema (this server's /v1, vLLM; not OpenAI's strict mode).")
+                                       "(ids 1..n once each, scores on a 0.01 grid), for an endpoint that holds "
+                                       "replies to a JSON schema (this server's /v1, vLLM; not OpenAI's strict mode).")
     served_base_models: Annotated[list[str], NoDecode] = Field(default_factory=list, description="Base models any "
         "token may sample from at POST /v1/chat/completions (a local judge), comma-separated `NAME` (as a job names a "
         "base model) or `NAME=SOURCE` (a model directory or .gguf file served as NAME).")  # fmt: skip
@@ -326,15 +322,18 @@ class Settings(BaseSettings):
     @field_validator("served_base_models")
     @classmethod
     def _served_names_are_plain(cls, value: list[str]) -> list[str]:
-        plain = lambda n: 0 < len(n) <= 128 and n[0].isalnum() and all(c.isalnum() or c in "._/-" for c in n)  # noqa: E731
-        if bad := [e.partition("=")[0] for e in value if not (e.isascii() and plain(e.partition("=")[0]))]:
+        names = [entry.partition("=")[0] for entry in value]
+        if bad := [n for n in names if not (n.isascii() and n[:1].isalnum() and len(n) <= 128
+                                            and all(c.isalnum() or c in "._/-" for c in n))]:  # fmt: skip
             raise ValueError(f"served_base_models: {bad[0]!r} is not a model name (letters, digits, ._-/, up to 128)")
         return value
 
     def served_base_model(self, name: str) -> str | None:
         """The base model served as ``name`` (served_base_models), None if none is."""
-        served = dict((e.partition("=")[0], e.partition("=")[2] or e.partition("=")[0]) for e in self.served_base_models)
-        return served.get(name)
+        for served, _, source in (entry.partition("=") for entry in self.served_base_models):
+            if served == name:
+                return source or served
+        return None
 
     @field_validator("data_dir")
     @classmethod

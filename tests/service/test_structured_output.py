@@ -12,7 +12,7 @@ import art
 import jsonschema
 import pytest
 
-from judges.ruler import apply_scores, exact_verdict_format
+from judges.ruler import SCORE_GRID, apply_scores, exact_verdict_format
 from service.backends.transformers import chat
 from service.backends.transformers.generation import Generator, SamplingRequest
 from service.backends.transformers.structured import ResponseFormatError, grammar_for
@@ -76,7 +76,7 @@ def test_rulers_exact_verdict_schema_gives_a_verdict_its_matching_accepts(lm):
         art.Trajectory(messages_and_choices=[{"role": "user", "content": "q"}], reward=float(i)) for i in range(3)
     ])  # fmt: skip
     scored, _ = apply_scores(group, verdict.scores)
-    assert all(0 <= t.reward <= 1 for t in scored.trajectories)
+    assert all(t.reward in SCORE_GRID for t in scored.trajectories)
     assert all(len(s.explanation) <= 300 for s in verdict.scores)
 
 

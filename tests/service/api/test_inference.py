@@ -425,9 +425,9 @@ def test_a_base_model_the_operator_serves_answers_anyone_by_name_held_to_a_json_
     free = api.chat.completions.create(model="local-judge", messages=MESSAGES, max_tokens=5, temperature=0)
     assert free.choices[0].message.content  # free text without a response_format
 
+    malformed = {"type": "json_schema", "json_schema": {"schema": {"type": 7}}}
     with pytest.raises(openai.BadRequestError, match="response_format"):
-        api.chat.completions.create(model="local-judge", messages=MESSAGES, max_tokens=2,
-                                    response_format={"type": "json_schema", "json_schema": {"schema": {"type": 7}}})  # fmt: skip
+        api.chat.completions.create(model="local-judge", messages=MESSAGES, max_tokens=2, response_format=malformed)
     for model in ("SmolLM2-135M-Instruct", str(tiny_lm), "local-judge@1"):
         with pytest.raises(openai.NotFoundError):
             api.chat.completions.create(model=model, messages=MESSAGES, max_tokens=1)
