@@ -7,8 +7,8 @@ RULER asking for the exact verdict schema (ARTSVC_JUDGE_EXACT_VERDICTS). Two mea
   served model for training, the verifier's accuracy for stopping. Reports per step the RULER reward, the judge's
   groups, drops, calls and seconds and its agreement with the verifier (Spearman within each group), each
   validation point and the alerts that fired; writes ``bench/results/email_hybrid_<label>.json``.
-- ``scripted``: the judge alone on groups of the email teacher's episodes (good and bad: it slips on purpose), each
-  judged once: the verifier's rewards beside the judge's scores, their Spearman correlation and the seconds per
+- ``scripted``: the judge alone on groups of email episodes, half by the teacher and half by random tool calls,
+  each judged once: the verifier's rewards beside the judge's scores, their Spearman correlation and the seconds per
   call; writes ``bench/results/local_judge_agreement_<label>.json``.
 
     python bench/local_judge.py [job|scripted] [--judge SmolLM2-135M-Instruct] [--label smollm2] [train flags]
@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import socket
 import statistics
 import subprocess
@@ -33,8 +34,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from env_rl import RESULTS, machine, train_and_read  # noqa: E402
-from judge_calls import email_groups  # noqa: E402
 
+import art  # noqa: E402
+
+import environments  # noqa: E402
+from environments.email.agents import demonstrator, play, random_agent  # noqa: E402
 from judges.ruler import JudgeConfig, RulerJudge  # noqa: E402
 from service.api_client import ApiClient  # noqa: E402
 from service.training.judging import rank_agreement  # noqa: E402
@@ -75,13 +79,28 @@ def job(api_base: str, seed: int, extra: list[str]) -> dict:
         return train_and_read("email", seed, ["--spec", str(spec), *extra])
 
 
+def mixed_groups(groups: int, size: int) -> list[art.TrajectoryGroup]:
+    """For each of the first ``groups`` training questions, half the episodes by the teacher (right, almost always)
+    and half by random tool calls (never right), in an order drawn per question: groups a judge can rank."""
+    env = environments.load("email")
+    built = []
+    for index, scenario in enumerate(env.scenarios("train")[:groups]):
+        teacher = set(random.Random(index).sample(range(size), size // 2))
+        played = [play(scenario, demonstrator if i in teacher else random_agent, max_turns=env.max_turns, seed=i)
+                  for i in range(size)]  # fmt: skip
+        trajectories = [art.Trajectory(messages_and_choices=p.messages, tools=list(env.tools), reward=p.result.reward)
+                        for p in played]  # fmt: skip
+        built.append(art.TrajectoryGroup(trajectories))
+    return built
+
+
 def scripted(api_base: str, groups: int, group_size: int) -> dict:
     judge = RulerJudge(JudgeConfig(model=JUDGE, api_base=api_base, api_key="local", timeout_s=900, max_retries=0,
                                    exact_verdicts=True))  # fmt: skip
 
     async def judged() -> list[dict]:
         rows = []
-        for group in email_groups(groups, group_size):
+        for group in mixed_groups(groups, group_size):
             started = time.perf_counter()
             result = await judge.judge(group)
             seconds = time.perf_counter() - started
