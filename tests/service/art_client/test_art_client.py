@@ -347,13 +347,14 @@ def test_an_events_request_is_held_until_its_batch_ends_and_past_the_callers_str
         assert time.monotonic() - started >= 0.5
 
         cap = settings.max_event_streams_per_tenant
-        hold = {"params": {"wait": 3}}
+        hold = {"params": {"wait": 10}}
         holders = [threading.Thread(target=http.get, args=(events,), kwargs=hold) for _ in range(cap)]
         for holder in holders:
             holder.start()
-        time.sleep(1.0)  # every slot of this caller is held now
+        time.sleep(2.0)  # every slot of this caller is held now
         started = time.monotonic()
-        assert http.get(events).json()["data"] == [] and time.monotonic() - started < 2.0  # not held: no slot left
+        # not held (no slot left): a held request would wait its default 10 s, the batch never ending without a worker
+        assert http.get(events).json()["data"] == [] and time.monotonic() - started < 6.0
         for holder in holders:
             holder.join()
 
