@@ -96,7 +96,14 @@ def read_job(database: Path, job_id: str) -> dict[str, Any]:
         ]
         alerts = [{"kind": k, "step": st, "message": msg} for k, st, msg in db.execute(
             "select kind, step, message from alerts where job_id = ? order by id", (job_id,))]  # fmt: skip
-    return {"validation": points, "steps": steps, "examples": examples, "manifest": manifest, "alerts": alerts}
+        # one stored validation episode per point (the first of each), to read what the policy did at each stage
+        episodes = [{"step": st, "reward": r, "messages": json.loads(m), "details": json.loads(d)}
+                    for st, r, m, d in db.execute(
+            "select step, reward, messages, details from trajectories where job_id = ? and split = 'val' and id in "
+            "(select min(id) from trajectories where job_id = ? and split = 'val' group by step) order by step",
+            (job_id, job_id))]  # fmt: skip
+    return {"validation": points, "steps": steps, "examples": examples, "manifest": manifest, "alerts": alerts,
+            "episodes": episodes}
 
 
 def main() -> None:

@@ -105,3 +105,22 @@ def test_a_malformed_or_oversized_schema_is_refused_before_any_model_work(respon
         grammar_for(response_format)
     with pytest.raises(ResponseFormatError, match="cannot be followed here"):
         grammar_for({"type": "json_schema", "json_schema": {"schema": nested}})
+
+
+def test_a_matcher_that_failed_masks_nothing_and_ends_its_reply(lm):
+    """A matcher in error (here: fed a token its grammar refuses, as a limit passed mid-reply would leave it) masks
+    nothing, so the draw stays defined, and says it failed, so the sampler ends the reply."""
+    import torch
+
+    from service.backends.transformers.structured import Guide
+
+    _, tokenizer = lm
+    guide = Guide(tokenizer, vocab_size=len(tokenizer), end_token_ids=chat.end_token_ids(tokenizer))
+    matcher = guide.matcher(grammar_for({"type": "json_object"}))
+    opening = torch.zeros(len(tokenizer))
+    matcher.mask(opening)
+    assert 0 < int(torch.isfinite(opening).sum()) < len(tokenizer) and not matcher.failed
+    matcher.advance(tokenizer.encode("x")[0])  # a JSON object cannot start with x
+    logits = torch.zeros(len(tokenizer))
+    matcher.mask(logits)
+    assert matcher.failed and bool(torch.isfinite(logits).all())
