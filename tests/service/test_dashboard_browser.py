@@ -172,8 +172,17 @@ def _save_screenshot(driver: webdriver.Chrome) -> None:
     driver.save_screenshot(str(ARTIFACT))
 
 
+def _text(driver: webdriver.Chrome, selector: str) -> str:
+    """An element's shown text, found and read in one script: a page that is being replaced (a live update, a form's
+    navigation) can drop an element between a find_element and its read, which Chrome reports as an inspector error
+    that is not a StaleElementReferenceException. An element not there yet reads as empty."""
+    return driver.execute_script(
+        "const element = document.querySelector(arguments[0]); return element ? element.innerText : ''", selector
+    )
+
+
 def _step(driver: webdriver.Chrome) -> int:
-    return int(driver.find_element(By.ID, "step").text)
+    return int(_text(driver, "#step") or -1)
 
 
 @pytest.mark.timeout(600)
@@ -196,7 +205,7 @@ def test_the_job_page_follows_a_training_job_live_in_chromium(server, browser, a
         curves_at_load = browser.find_element(By.ID, "curves").get_attribute("src")
 
         wait.until(lambda d: _step(d) > at_load)  # a step event arrived over the stream and moved #step
-        wait.until(lambda d: _step(d) >= 4 and "val accuracy" in d.find_element(By.ID, "live-log").text)
+        wait.until(lambda d: _step(d) >= 4 and "val accuracy" in _text(d, "#live-log"))
         assert browser.execute_script("return window.__marker") == 1, "the page reloaded"
         assert browser.find_element(By.ID, "status").text == "running"
         wait.until(lambda d: d.find_element(By.ID, "curves").get_attribute("src") != curves_at_load)
@@ -210,14 +219,14 @@ def test_the_job_page_follows_a_training_job_live_in_chromium(server, browser, a
         browser.switch_to.new_window("tab")
         browser.get(f"{attacker}/?target={base}/v1/jobs/{job_id}/cancel")
         browser.find_element(By.ID, "forge").click()
-        wait.until(lambda d: "cross-site request refused" in d.find_element(By.TAG_NAME, "body").text)  # cookie sent
+        wait.until(lambda d: "cross-site request refused" in _text(d, "body"))  # cookie sent
         assert httpx.get(f"{base}/v1/jobs/{job_id}", headers=headers, timeout=30).json()["status"] == "running"
         browser.close()
         browser.switch_to.window(page)
 
         cancelled = httpx.post(f"{base}/v1/jobs/{job_id}/cancel", headers=headers, timeout=30)
         assert cancelled.status_code == 200, cancelled.text
-        wait.until(lambda d: d.find_element(By.ID, "status").text == "cancelled")  # the finished event
+        wait.until(lambda d: _text(d, "#status") == "cancelled")  # the finished event
         assert browser.execute_script("return window.__marker") == 1, "the page reloaded"
         assert "finished: cancelled" in browser.find_element(By.ID, "live-log").text
 
