@@ -24,16 +24,14 @@ MAX_TOKENS = 24  # "<move>right</move>" is 18 characters; a little room so near 
 TARGET_TILES = tuple(2**k for k in range(3, 12))  # 8 .. 2048
 MAX_TURNS_LIMIT = 2 * TARGET_TILES[-1]  # every turn is a model call
 # A game's default turn budget, per unit of target: about what the teacher needs, so a game is a race that play can
-# win more often. On the first 200 val seeds, to 16 in 12 turns: the teacher wins 75%, random moves that change the
-# board 36%, random moves 14% (a move that changes nothing ends the game; 26% when it wasted the turn).
+# win more often. On the first 200 val seeds, to 16 in 12 turns: the teacher wins 74%, random valid moves 42%.
 TURNS_PER_TARGET = 0.75
 
 SYSTEM_PROMPT = (
     "You play 2048 on a 4x4 board: . is empty, else a tile's power of two (1=2, 2=4 ... a=1024, b=2048). "
     "A move slides all tiles one way; equal tiles that meet merge, then a new tile appears. "
     "Win by making a {target} tile ({target_cell}). "
-    "Reply with only <move>DIRECTION</move>, DIRECTION being left, right, up or down. "
-    "Any other reply, or a move that changes nothing, ends the game."
+    "Reply with only <move>DIRECTION</move>, DIRECTION being left, right, up or down; any other reply ends the game."
 )
 # Two example turns, each the teacher's own move on its board: two 2s merge on the way down; two 4s merge leftwards.
 # With one, SmolLM2-135M-Instruct mostly copied the board back (1 greedy reply in 25 was a move); with two, all 25.
@@ -50,9 +48,9 @@ class Twenty48Environment(BaseEnvironment):
     example turns; then each turn's user message is the board alone (see
     :mod:`environments.twenty48.render`). The embedded character policy skips the system prompt
     and the examples (its tokenizer drops them) and learns the reply format from the warm-start
-    demonstrations. The game enforces it: an unparseable reply ends the game with a penalty, and
-    so does a move that changes nothing (the real game ignores it; here it would spend a model call
-    and a turn, see :mod:`environments.twenty48.scoring`). The game is won when a tile reaches
+    demonstrations. The game enforces it: an unparseable reply ends the game with a penalty. A
+    move that changes nothing is legal, as in the real game, but wastes the turn (no tile spawns)
+    and costs a little reward. The game is won when a tile reaches
     ``target_tile`` and lost when no move is left or after ``max_turns`` replies.
 
     The default game, to 16 in 12 turns, is sized for a pretrained LM on two CPU cores (each turn is a model call,
@@ -60,7 +58,7 @@ class Twenty48Environment(BaseEnvironment):
     """
 
     name = "2048"
-    version = "1.3.0"
+    version = "1.2.0"
     scorer_name = scoring.SCORER_NAME
     scorer_version = scoring.SCORER_VERSION
     scenario_dir = SCENARIO_DIR
@@ -102,7 +100,7 @@ class Twenty48Environment(BaseEnvironment):
         game = new_game(int(scenario["seed"]))
         trajectory = new_trajectory(messages_and_choices=self.preamble())
         outcome = None
-        turns = 0
+        turns = wasted = 0
         while outcome is None:
             trajectory.messages_and_choices.append({"role": "user", "content": render(game.board)})
             # A seeded rollout varies its seed per turn, so turns do not all draw the same noise.
@@ -114,9 +112,8 @@ class Twenty48Environment(BaseEnvironment):
             if direction is None:
                 outcome = scoring.INVALID_MOVE
                 break
-            if not game.move(direction):
-                outcome = scoring.NO_CHANGE
-            elif max_tile(game.board) >= self.target_tile:
+            wasted += not game.move(direction)
+            if max_tile(game.board) >= self.target_tile:
                 outcome = scoring.WIN
             elif is_game_over(game.board):
                 outcome = scoring.LOSS
@@ -128,14 +125,15 @@ class Twenty48Environment(BaseEnvironment):
             max_tile=top,
             board_sum=board_sum(game.board),
             target_tile=self.target_tile,
+            wasted_moves=wasted,
         )
         trajectory.metrics = {
             "won": outcome == scoring.WIN,
             "max_tile": top,
             "moves": game.moves,
             "turns": turns,
+            "wasted_moves": wasted,
             "invalid_move": outcome == scoring.INVALID_MOVE,
-            "no_change": outcome == scoring.NO_CHANGE,
             "points": game.points,
         }
         trajectory.metadata = {

@@ -8,14 +8,10 @@ of the biggest tile is worth the same and a policy far from the target still get
 
 ``clip`` is to [0, 1] (0 for values below 2), so progress is in [0, 1]. A win is worth
 ``WIN_REWARD`` (2.0), more than any loss. A game lost on the board or on the turn limit is
-worth its progress; a game ended by a reply that is not a move (``invalid_move``) or by a move
-that changes nothing (``no_change``) is worth ``progress - 1``, always less than the same game
-ended validly. Change ``SCORER_VERSION`` whenever any reward could change.
-
-Version 2 ends a game on a move that changes nothing. Version 1 let such a move waste the turn
-for 0.02 of reward: RL on SmolLM2 then kept pressing ``left`` on rows already left until the
-turn limit (a cost spread over a whole game's replies teaches little), while it removed replies
-that end the game within six steps. Ending the game puts the blame on the reply that earned it.
+worth its progress; a game ended by an invalid move is worth ``progress - 1``, always less than
+the same game ended validly. Each wasted move (one that changes nothing: legal in 2048, but a
+turn spent) costs ``WASTED_MOVE_COST``, up to ``MAX_WASTED_COST``, so that RL prefers the same
+result reached without them. Change ``SCORER_VERSION`` whenever any reward could change.
 """
 
 from __future__ import annotations
@@ -23,13 +19,14 @@ from __future__ import annotations
 import math
 
 SCORER_NAME = "twenty48-reward"
-SCORER_VERSION = "2.0.0"
+SCORER_VERSION = "1.0.0"
 
-WIN, LOSS, INVALID_MOVE, NO_CHANGE, TURN_LIMIT = "win", "loss", "invalid_move", "no_change", "turn_limit"
-OUTCOMES = (WIN, LOSS, INVALID_MOVE, NO_CHANGE, TURN_LIMIT)
-ENDED_BY_THE_POLICY = (INVALID_MOVE, NO_CHANGE)  # outcomes that cost the penalty
+WIN, LOSS, INVALID_MOVE, TURN_LIMIT = "win", "loss", "invalid_move", "turn_limit"
+OUTCOMES = (WIN, LOSS, INVALID_MOVE, TURN_LIMIT)
 WIN_REWARD = 2.0
 INVALID_MOVE_PENALTY = 1.0
+WASTED_MOVE_COST = 0.02
+MAX_WASTED_COST = 0.5
 MAX_TILE_WEIGHT = 0.8  # the rest of the progress is the board sum's
 
 
@@ -49,11 +46,12 @@ def progress(*, max_tile: int, board_sum: int, target_tile: int) -> float:
     )
 
 
-def reward(*, outcome: str, max_tile: int, board_sum: int, target_tile: int) -> float:
+def reward(*, outcome: str, max_tile: int, board_sum: int, target_tile: int, wasted_moves: int = 0) -> float:
     """The reward of a game that ended with ``outcome`` on a board with this max tile and sum."""
     if outcome not in OUTCOMES:
         raise ValueError(f"unknown outcome {outcome!r}; expected one of {', '.join(OUTCOMES)}")
+    waste = min(MAX_WASTED_COST, WASTED_MOVE_COST * max(0, wasted_moves))
     if outcome == WIN:
-        return WIN_REWARD
-    earned = progress(max_tile=max_tile, board_sum=board_sum, target_tile=target_tile)
-    return earned - INVALID_MOVE_PENALTY if outcome in ENDED_BY_THE_POLICY else earned
+        return WIN_REWARD - waste
+    earned = progress(max_tile=max_tile, board_sum=board_sum, target_tile=target_tile) - waste
+    return earned - INVALID_MOVE_PENALTY if outcome == INVALID_MOVE else earned

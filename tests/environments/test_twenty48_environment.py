@@ -13,7 +13,7 @@ from environments import Sampling, load
 from environments.base import EnvironmentConfigError
 from environments.twenty48 import Twenty48Environment
 from environments.twenty48 import scenarios as scenario_files
-from environments.twenty48.engine import max_tile, new_game, slide, valid_moves
+from environments.twenty48.engine import DIRECTIONS, max_tile, new_game, slide, valid_moves
 from environments.twenty48.player import choose_move, play
 from environments.twenty48.render import EMPTY, EXPONENT_DIGITS, format_move, parse_move, render
 from environments.twenty48.scoring import reward
@@ -117,7 +117,7 @@ def test_bad_constructor_arguments_are_rejected_with_reasons():
 
 targets = st.sampled_from([8, 16, 32, 64, 128, 256, 512, 1024, 2048])
 tile_values = st.sampled_from([2**k for k in range(1, 12)])
-losses = st.sampled_from(["loss", "turn_limit", "invalid_move", "no_change"])
+losses = st.sampled_from(["loss", "turn_limit", "invalid_move"])
 
 
 @given(targets, tile_values, st.integers(0, 70000), losses)
@@ -129,7 +129,7 @@ def test_a_win_beats_every_loss_and_an_invalid_move_costs(target, top, extra, ou
     assert reward(outcome="win", **args) == 2.0 > lost
     valid_end = reward(outcome="loss", **args)
     assert reward(outcome="turn_limit", **args) == valid_end and 0.0 <= valid_end <= 1.0
-    assert reward(outcome="invalid_move", **args) == reward(outcome="no_change", **args) == valid_end - 1.0
+    assert reward(outcome="invalid_move", **args) == valid_end - 1.0
 
 
 @given(targets, st.integers(1, 10), st.integers(1, 10), losses)
@@ -198,7 +198,7 @@ async def test_a_rollout_of_the_heuristic_is_the_same_game_as_its_demonstration(
 
 
 @pytest.mark.asyncio
-async def test_rollouts_end_on_the_turn_limit_an_unparseable_move_or_a_move_that_changes_nothing():
+async def test_rollouts_end_on_the_turn_limit_or_an_unparseable_move_and_a_move_that_changes_nothing_wastes_a_turn():
     env = Twenty48Environment(target_tile=2048, max_turns=5)
     row = env.scenarios("val")[1]
     heuristic = ScriptedModel(lambda board: format_move(choose_move(board, random.Random(0))))
@@ -208,20 +208,21 @@ async def test_rollouts_end_on_the_turn_limit_an_unparseable_move_or_a_move_that
     }  # fmt: skip
     assert limited.metrics["moves"] == 5 and 0.0 <= limited.reward <= 1.0 and not env.is_correct(limited)
 
-    # a move that changes nothing ends the game at once, with the penalty: `left` until the row is packed left
-    def leftward(board):
-        return format_move("left")
+    # a move that changes nothing is legal but wastes the turn: the same board comes back, with no spawn
+    def wasteful(board):  # a move that changes nothing whenever there is one
+        return format_move(next((d for d in DIRECTIONS if not slide(board, d)[2]), "up"))
 
     long_game = Twenty48Environment(target_tile=128, max_turns=12)
-    stubborn = await long_game.rollout(ScriptedModel(leftward), row, Sampling())
+    stubborn = await long_game.rollout(ScriptedModel(wasteful), row, Sampling())
     boards = [m["content"] for m in stubborn.messages_and_choices[len(env.preamble()) :: 2]]
-    assert stubborn.metadata["outcome"] == "no_change" and stubborn.metrics["no_change"]
-    assert not stubborn.metrics["invalid_move"] and not long_game.is_correct(stubborn)
-    assert stubborn.metrics["turns"] == stubborn.metrics["moves"] + 1 == len(boards) < 12
-    assert all(slide(unrender(board), "left")[2] for board in boards[:-1]) and not slide(unrender(boards[-1]), "left")[2]
-    played = reward(outcome="loss", max_tile=stubborn.metrics["max_tile"],
-                    board_sum=sum(2 ** int(c, 16) for c in boards[-1].split() if c != "."), target_tile=128)  # fmt: skip
-    assert stubborn.reward == pytest.approx(played - 1.0)
+    assert stubborn.metadata["outcome"] == "turn_limit" and not stubborn.metrics["invalid_move"]
+    assert stubborn.metrics["turns"] == 12 and stubborn.metrics["wasted_moves"] == 12 - stubborn.metrics["moves"] > 0
+    repeated = sum(a == b for a, b in zip(boards, boards[1:]))
+    assert repeated == stubborn.metrics["wasted_moves"] - (boards[-1] != render(slide(unrender(boards[-1]), "up")[0]))
+    played = reward(outcome="turn_limit", max_tile=stubborn.metrics["max_tile"],
+                    board_sum=sum(map(int, [2 ** int(c, 16) for c in boards[-1].split() if c != "."])),
+                    target_tile=128)  # fmt: skip
+    assert stubborn.reward == pytest.approx(played - 0.02 * stubborn.metrics["wasted_moves"])
 
     garbled = await Twenty48Environment().rollout(ScriptedModel(lambda b: "<move>north</move>"), row, Sampling())
     assert garbled.metadata["outcome"] == "invalid_move" and garbled.metrics["invalid_move"]
