@@ -12,12 +12,12 @@ are on), 2 x vocab x hidden per position whose logits are made (the head), and 4
 pair of attention (QK^T and AV). A training row of n positions runs: the policy's forward, the reference's forward
 (adapter off, no grad), the recomputed forward of gradient checkpointing (layers only, not the head), and the
 backward: activation gradients through the frozen base (2 x params per position, attention 2x its forward) plus the
-LoRA weights' gradients; no weight gradient of the base. The packed row's attention mask is dense, so all n^2 pairs
-count. Sampling: the prefill's positions against their keys, and each decode step's batch rows (the rows still decoding)
-against the cache. Memory traffic: the weights once per model call (float32) plus the K and V cache each
-decode step reads. Roofline time: FLOPs at the float32 GEMM rate (``ARTSVC_PRECISION``'s choice on CPUs
-without AMX or AVX512-BF16) plus bytes at
-the read bandwidth (the issue's sum; ``roofline_max_s`` takes the larger of the two per model call instead); the
+LoRA weights' gradients; no weight gradient of the base. The head runs only where ART's loss reads (the replies).
+The packed row's attention mask is dense, so all n^2 pairs count. Sampling: the prefill's positions against their
+keys, and each decode step's batch rows (the rows still decoding) against the cache. Memory traffic: the weights
+once per model call (float32) plus the K and V cache each decode step reads. Roofline time: FLOPs at the float32 GEMM
+rate (``ARTSVC_PRECISION``'s choice on CPUs without AMX or AVX512-BF16) plus bytes at the read bandwidth (the
+issue's sum; ``roofline_max_s`` takes the larger of the two per model call instead); the
 bf16 figure is the same FLOPs at the bf16 GEMM rate, the bytes halved. Not counted: the optimizer (LoRA's 5M
 parameters), embeddings, norms, softmax and other elementwise work; the training passes' memory traffic.
 
@@ -71,16 +71,19 @@ def forward_flops(s: Shapes, positions: int, pairs: int, *, logits: int, lora: b
     return 2.0 * (s.body_params + (s.lora_params if lora else 0)) * positions + 2.0 * s.head_params * logits + 4.0 * s.layers * s.hidden * pairs
 
 
-def train_row_flops(s: Shapes, n: int, *, reference: bool = True, checkpointing: bool = True) -> dict[str, float]:
-    """A packed GRPO row of ``n`` positions (dense mask: n^2 pairs), pass by pass."""
-    pairs = n * n
-    out = {"policy_forward": forward_flops(s, n, pairs, logits=n)}
-    out["reference_forward"] = forward_flops(s, n, pairs, logits=n, lora=False) if reference else 0.0
+def train_row_flops(
+    s: Shapes, n: int, *, logits: int | None = None, reference: bool = True, checkpointing: bool = True
+) -> dict[str, float]:
+    """A packed GRPO row of ``n`` positions (dense mask: n^2 pairs), pass by pass, the head at ``logits`` of them (the
+    positions the loss reads; all of them when not given)."""
+    pairs, logits = n * n, n if logits is None else logits
+    out = {"policy_forward": forward_flops(s, n, pairs, logits=logits)}
+    out["reference_forward"] = forward_flops(s, n, pairs, logits=logits, lora=False) if reference else 0.0
     out["recompute"] = 2.0 * (s.body_params + s.lora_params) * n + 4.0 * s.layers * s.hidden * pairs if checkpointing else 0.0
     out["backward"] = (
         2.0 * (s.body_params + s.lora_params) * n  # activation gradients through the (frozen) base and the adapters
         + 2.0 * s.lora_params * n  # the adapters' weight gradients
-        + 2.0 * s.head_params * n  # the head's activation gradient
+        + 2.0 * s.head_params * logits  # the head's activation gradient
         + 8.0 * s.layers * s.hidden * pairs  # attention's backward: twice its forward
     )
     return out
@@ -238,8 +241,10 @@ def child(out: Path, argv: list[str]) -> None:
         started = time.perf_counter()
         result = logprobs(model, tokens, *args, **kw)
         kind = "policy_forward" if torch.is_grad_enabled() else "reference_forward"
+        at = kw.get("at")
+        logits = tokens.numel() if at is None else int(at.sum())
         with c.lock:
-            c.rows.append({"phase": c.phase, "kind": kind, "rows": tokens.shape[0], "n": tokens.shape[1]})
+            c.rows.append({"phase": c.phase, "kind": kind, "rows": tokens.shape[0], "n": tokens.shape[1], "logits": logits})
         c.time(kind, time.perf_counter() - started)
         return result
 
@@ -311,7 +316,7 @@ def analyse(machine: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
     for row in counts["rows"]:
         if row["kind"] != "policy_forward":  # one policy forward per packed row: the row's passes counted from it
             continue
-        flops = train_row_flops(s, row["n"])
+        flops = train_row_flops(s, row["n"], logits=row.get("logits", row["n"] * row["rows"]) // row["rows"])
         for _ in range(row["rows"]):
             add(row["phase"], "train_flops", sum(flops.values()))
             add(row["phase"], "packed_positions", row["n"])

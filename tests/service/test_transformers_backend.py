@@ -268,3 +268,41 @@ def test_a_template_that_rewrites_the_callers_text_renders_as_usual_but_refuses_
     assert render_literal_prompt(tokenizer, padded, None) == chat.render_prompt(tokenizer, padded, None)
     with pytest.raises(ControlTokenInText):
         render_literal_prompt(tokenizer, [{"role": "user", "content": " hi<|im_start|>system "}], None)
+
+
+def test_arts_loss_with_the_head_where_it_reads_equals_the_full_head_with_the_same_gradients(tiny_lm):
+    """An RL row's head runs at the positions ART's loss reads (``read_positions``): loss, entropy, probs_corr and every
+    gradient are those of the head at every position, in float32 to 1e-5."""
+    from art import dev
+    from art.loss import loss_fn
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_lm), dtype=torch.float32)
+    generator = torch.Generator().manual_seed(0)
+    n = 96
+    tokens = torch.randint(0, model.config.vocab_size, (1, n), generator=generator)
+    replies = torch.zeros(1, n, dtype=torch.bool)
+    replies[0, 40:52] = replies[0, 70:90] = True  # two replies after an opening, as in an agent's row
+    sampled = torch.where(replies, -torch.rand(1, n, generator=generator), torch.full((1, n), float("nan")))
+    sampled[0, 45] = float("nan")  # a trained token without a sampled logprob still trains
+    inputs = {"tokens": tokens, "assistant_mask": replies, "logprobs": sampled, "weights": torch.ones(1, n),
+              "advantages": torch.where(replies, torch.randn(1, n, generator=generator), torch.zeros(1, n)),
+              "group_ids": torch.ones(1, n, dtype=torch.long)}  # fmt: skip
+    causal = torch.tril(torch.ones(n, n, dtype=torch.bool)).unsqueeze(0)
+    positions = torch.arange(n).unsqueeze(0)
+    read = training.read_positions(inputs)
+    assert int(read.sum()) == 34 and read[0, 39] and read[0, 51] and not read[0, 38] and not read[0, 52]  # and 69-89
+
+    def loss_and_gradients(at):
+        model.zero_grad()
+        new, entropies = training.token_logprobs(model, tokens, causal, positions, entropy=True, at=at)
+        loss = loss_fn(inputs, new, None, entropies, dev.TrainConfig())  # type: ignore[arg-type]
+        loss.policy_loss.backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        return [loss.policy_loss.item(), loss.entropy.item(), loss.probs_corr.item()], grads
+
+    full, full_grads = loss_and_gradients(None)
+    only, only_grads = loss_and_gradients(read)
+    assert only == pytest.approx(full, abs=1e-5) and len(only_grads) == len(full_grads) > 0
+    for a, b in zip(only_grads, full_grads):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)

@@ -42,13 +42,23 @@ def packed_attention_mask(group_ids: torch.Tensor, parent_ids: torch.Tensor) -> 
 
 
 def token_logprobs(
-    model: torch.nn.Module, tokens: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, *, entropy: bool = False
+    model: torch.nn.Module,
+    tokens: torch.Tensor,
+    mask: torch.Tensor,
+    positions: torch.Tensor,
+    *,
+    entropy: bool = False,
+    at: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probability of each next token (position t holds log p(tokens[t+1]); the last is 0), and optionally
-    the entropy of each position's distribution."""
+    the entropy of each position's distribution. With ``at`` (a mask like ``tokens``) the head runs at those positions
+    only and every other one reads 0: an RL row is an agent's whole episode, and its loss reads the replies alone."""
     hidden = _hidden(model, tokens, mask, positions)
-    logprobs, entropies = _head_logprobs(model, hidden.flatten(0, 1), _next_tokens(tokens).flatten(), entropy=entropy)
-    return logprobs.view(tokens.shape), entropies.view(tokens.shape) if entropy else None
+    if at is None:
+        flat, entropies = _head_logprobs(model, hidden.flatten(0, 1), _next_tokens(tokens).flatten(), entropy=entropy)
+        return flat.view(tokens.shape), entropies.view(tokens.shape) if entropy else None
+    values, entropies = _head_logprobs(model, hidden[at], _next_tokens(tokens)[at], entropy=entropy)
+    return _spread(values, at), _spread(entropies, at) if entropy else None
 
 
 def trained_logprobs(
@@ -59,6 +69,21 @@ def trained_logprobs(
     demonstration: about 1 position in 9), so the head runs where the loss reads it."""
     hidden = _hidden(model, tokens, mask, positions)
     return _head_logprobs(model, hidden[trained], _next_tokens(tokens)[trained], entropy=False)[0]
+
+
+def _spread(values: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+    """``values`` (one per true position of ``at``, in order) in a zero tensor shaped like ``at``; differentiable."""
+    return values.new_zeros(at.shape).masked_scatter(at, values)
+
+
+def read_positions(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The positions whose outputs ART's loss reads: the log-probability of a trained token or of one with a sampled
+    logprob (``probs_corr``), both shifted by one as the loss shifts them, and the entropy, which the loss shifts once
+    more (it reads a trained token's own position)."""
+    trained = inputs["assistant_mask"].bool()
+    shifted = torch.nn.functional.pad(trained[:, 1:], (0, 1), value=False)
+    sampled = torch.nn.functional.pad(~torch.isnan(inputs["logprobs"][:, 1:]), (0, 1), value=False)
+    return shifted | sampled | trained
 
 
 def _hidden(model: torch.nn.Module, tokens: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -165,9 +190,10 @@ def grpo_step(
     for i in range(rows):
         inputs = {k: v[i : i + 1].to(device) for k, v in packed.items() if isinstance(v, torch.Tensor)}
         mask = packed_attention_mask(inputs["group_ids"], inputs["parent_ids"])
-        new, entropies = token_logprobs(model, inputs["tokens"], mask, inputs["input_pos"], entropy=True)
+        read = read_positions(inputs)
+        new, entropies = token_logprobs(model, inputs["tokens"], mask, inputs["input_pos"], entropy=True, at=read)
         with torch.no_grad(), model.disable_adapter():
-            reference, _ = token_logprobs(model, inputs["tokens"], mask, inputs["input_pos"])
+            reference, _ = token_logprobs(model, inputs["tokens"], mask, inputs["input_pos"], at=read)
         loss = loss_fn(inputs, new, reference, entropies, config)  # type: ignore[arg-type]
         (loss.policy_loss * weights[i] / total).backward()
         share = weights[i] / total
