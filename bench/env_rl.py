@@ -4,7 +4,11 @@ Runs the job in a fresh data directory (so the warm start is really trained, not
 records wall time and peak memory, reads the validation and step series back from the store,
 and writes ``bench/results/<env>_rl.json`` plus Markdown rows for README's Results.
 
+It also runs the promotion gate (min_delta 0.02) on the best step against step 0, as README's "+8 with ACCEPT"
+reads it; ``--gate FILE`` runs it on a results file written before.
+
     python bench/env_rl.py --env 2048 [--seed 0] [extra artsvc train flags, e.g. --env-arg target_tile=64]
+    python bench/env_rl.py --gate bench/results/twenty48_rl_smollm2_defaults.json
 """
 
 from __future__ import annotations
@@ -20,9 +24,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from service.evaluation.compare import Measured, compare  # noqa: E402
+
 RESULTS = Path(__file__).resolve().parent / "results"
+GATE_MIN_DELTA = 0.02  # issue 32's
 
 
 def machine() -> str:
@@ -106,13 +117,36 @@ def read_job(database: Path, job_id: str) -> dict[str, Any]:
             "episodes": episodes}
 
 
+def gate(result: dict[str, Any]) -> dict[str, Any]:
+    """The promotion gate's verdict on the job's best step against its step 0, from the stored per-example results."""
+    job, best = result["summary"]["id"], result["summary"]["best_step"]
+
+    def side(step: int) -> Measured:
+        rows = [SimpleNamespace(**e) for e in result["examples"] if e["step"] == step]
+        return Measured(id=job, kind="job", step=step, manifest=result["manifest"], results=rows)
+
+    verdict = compare(side(0), side(best), min_delta=GATE_MIN_DELTA)
+    return {"baseline_step": 0, "candidate_step": best, "min_delta": GATE_MIN_DELTA,
+            **{k: verdict[k] for k in ("decision", "overall", "reasons")}}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env", required=True)
+    parser.add_argument("--env")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--label", default="", help="appended to the results file's name, e.g. smollm2")
+    parser.add_argument("--gate", type=Path, help="only run the gate on this results file, and add it there")
     args, extra = parser.parse_known_args()
+    if args.gate is not None:
+        result = json.loads(args.gate.read_text())
+        result["gate"] = gate(result)
+        args.gate.write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result["gate"]))
+        return
+    if not args.env:
+        parser.error("--env is required (or --gate FILE)")
     result = train_and_read(args.env, args.seed, extra)
+    result["gate"] = gate(result)
     RESULTS.mkdir(exist_ok=True)
     name = "twenty48" if args.env == "2048" else args.env
     (RESULTS / f"{name}_rl{'_' + args.label if args.label else ''}.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -132,6 +166,7 @@ def main() -> None:
     for p in points:
         outcomes = ", ".join(f"{k} {v}" for k, v in p["outcomes"].items())
         print(f"| {p['step']} | {p['accuracy']:.3f} | {p['greedy_accuracy']:.3f} | {outcomes} |")
+    print(f"\ngate, step {summary['best_step']} against step 0: {json.dumps(result['gate'])}")
 
 
 if __name__ == "__main__":
