@@ -21,3 +21,10 @@ def test_training_and_sampling_counts_on_a_toy_model():
     assert flops == 2 * 101 * 5 + 2 * 10 * 5 + 4 * 2 * 4 * 5 * 8
     assert nbytes == 111 * 4 + 2 * 2 * 2 * 4 * 5 * 7  # the weights once, K and V of every layer and cached row
     assert roofline.roofline(2e9, 1e9, gflops=1.0, gbs=2.0) == 2.5
+
+
+def test_a_training_rows_head_is_counted_where_the_loss_reads_it():
+    s = roofline.Shapes(layers=2, hidden=4, kv_dim=2, body_params=100, head_params=10, lora_params=1, bytes_per_param=4)
+    full, read = roofline.train_row_flops(s, 3), roofline.train_row_flops(s, 3, logits=1)
+    assert full["policy_forward"] - read["policy_forward"] == 2 * 10 * 2 == full["backward"] - read["backward"]
+    assert full["recompute"] == read["recompute"]  # the layers only

@@ -1,0 +1,26 @@
+"""bench/env_rl.py's gate on a results file: the promotion gate's verdict on the best step against step 0."""
+
+import importlib.util
+from pathlib import Path
+
+spec = importlib.util.spec_from_file_location("env_rl", Path(__file__).resolve().parents[1] / "bench" / "env_rl.py")
+env_rl = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(env_rl)
+
+
+def _result(step0: list[bool], best: list[bool], best_step: int = 4) -> dict:
+    def rows(step, correct):
+        return [{"step": step, "scenario_id": f"s{i}", "outcome": "win" if ok else "turn_limit", "correct": ok}
+                for i, ok in enumerate(correct)]  # fmt: skip
+
+    return {"summary": {"id": "job", "best_step": best_step}, "manifest": {"environment": "2048"},
+            "examples": rows(-1, [False] * len(step0)) + rows(0, step0) + rows(best_step, best)}  # fmt: skip
+
+
+def test_the_gate_accepts_a_clear_lift_and_rejects_one_inside_its_interval():
+    clear = env_rl.gate(_result([False] * 50, [True] * 25 + [False] * 25))
+    assert clear["decision"] == "ACCEPT" and clear["overall"]["delta"] == 0.5 and clear["candidate_step"] == 4
+    slight = env_rl.gate(_result([True] * 14 + [False] * 36, [True] * 18 + [False] * 32))  # +8 points on 50
+    assert slight["decision"] == "REJECT" and slight["overall"]["ci_low"] < 0.02 < slight["overall"]["delta"]
+    same = env_rl.gate(_result([True] * 14 + [False] * 36, [], best_step=0))
+    assert same["decision"] == "REJECT" and same["overall"]["delta"] == 0.0
