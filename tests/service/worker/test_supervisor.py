@@ -216,6 +216,8 @@ def test_api_processes_share_the_socket_and_the_metrics_are_started_again_and_st
     assert serve.process.wait(timeout=120) == 0, serve.log()
     assert_gone(workers | successors)
     log = serve.log()
-    stopped = [log.index(f"(pid {pid}) stopped: exited with code 0") for pid in (*workers, *successors)]
+    ends = [f"(pid {pid}) stopped: exited with code 0" for pid in (*workers, *successors)]
+    assert all(end in log for end in ends), log  # each stopped by itself (the log shows which did not, and how)
+    stopped = [log.index(end) for end in ends]
     assert max(stopped[:1]) < min(stopped[1:]), log  # the worker first, then the API processes
     assert not shared.exists()  # the metrics files went with serve
