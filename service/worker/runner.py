@@ -111,17 +111,25 @@ class Worker:
             log.info("worker %s stopped", self.id)
 
     async def _claim(self) -> Job | None:
-        asked = time.monotonic()
         try:
-            job = await self._db(leases.claim_next, worker_id=self.id, lease_seconds=self.settings.lease_seconds,
-                                 max_running_per_tenant=self.settings.tenant_max_running_jobs,
-                                 max_attempts=self.settings.max_attempts)  # fmt: skip
+            job = await asyncio.to_thread(self._claim_and_hold)
         except SQLAlchemyError as exc:
             log.warning("worker %s cannot claim jobs: %s", self.id, exc)
             return None
         if job is not None:
-            self._held[job.id] = _Held(job.id, renewed_at=asked)
             log.info("claimed job %s (attempt %d, from step %d)", job.id, job.attempts, job.step)
+        return job
+
+    def _claim_and_hold(self) -> Job | None:
+        """Claim a job and hand its lease to the heartbeat in the same thread, as the claim commits: the event loop
+        may be busy (another job's step) long past a lease before ``_claim`` resumes, and a lease the heartbeat did
+        not know of would lapse meanwhile."""
+        asked = time.monotonic()
+        job = self._in_transaction(leases.claim_next, worker_id=self.id, lease_seconds=self.settings.lease_seconds,
+                                   max_running_per_tenant=self.settings.tenant_max_running_jobs,
+                                   max_attempts=self.settings.max_attempts)  # fmt: skip
+        if job is not None:
+            self._held[job.id] = _Held(job.id, renewed_at=asked)
         return job
 
     async def _idle(self, stop: asyncio.Event) -> None:
