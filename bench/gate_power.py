@@ -37,7 +37,8 @@ def power(examples: int, baseline: float, candidate: float, *, trials: int, rng:
         lows.append(_paired(base, cand, picks, 0.95)["ci_low"])
     lows_array = np.array(lows)
     return {"examples": examples, "baseline": baseline, "candidate": candidate,
-            "accept_rate": float((lows_array >= MIN_DELTA).mean()), "median_ci_low": float(np.median(lows_array))}  # fmt: skip
+            "accept_rate": float((lows_array >= MIN_DELTA).mean()),
+            "median_ci_low": float(np.median(lows_array))}  # fmt: skip
 
 
 def main() -> None:

@@ -244,7 +244,8 @@ def child(out: Path, argv: list[str]) -> None:
         at = kw.get("at")
         logits = tokens.numel() if at is None else int(at.sum())
         with c.lock:
-            c.rows.append({"phase": c.phase, "kind": kind, "rows": tokens.shape[0], "n": tokens.shape[1], "logits": logits})
+            c.rows.append({"phase": c.phase, "kind": kind, "rows": tokens.shape[0], "n": tokens.shape[1],
+                           "logits": logits})  # fmt: skip
         c.time(kind, time.perf_counter() - started)
         return result
 
