@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from service.backends.batching import gathered
 from service.backends.openai_server import ChatCompletionRequest, ServingError
 from service.inference.bounds import Bounds
 from service.inference.process import InferenceProcess
@@ -39,8 +40,6 @@ logger = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 5
 MAX_BATCH_ROWS = 64  # completions (n summed) of one caller's requests on one checkpoint decoded together
-BATCH_WINDOW_S = 0.02  # a forming batch waits this long for its caller's next request, again while they keep coming
-MAX_BATCH_WAIT_S = 0.25  # and no longer in all
 CANCELLED = {"status": 499, "message": "the client closed the request", "code": "client_closed_request"}
 STUCK_S = 300  # past the deadline, a request still unanswered (a hung child; loading a checkpoint counts) is abandoned
 
@@ -133,22 +132,12 @@ class InferenceEngine:
             raise ServingError(error["status"], error["message"], error["code"], headers)
         return answer["body"]
 
-    @staticmethod
-    async def _gathered(batch: _Batch) -> None:
-        """Return once ``batch`` stopped growing for BATCH_WINDOW_S (a step's rollouts reach the API over tens of
-        milliseconds: measured, 16 of them came as two batches with a single window), or after MAX_BATCH_WAIT_S."""
-        deadline = asyncio.get_running_loop().time() + MAX_BATCH_WAIT_S
-        seen = 0
-        while len(batch.members) != seen and asyncio.get_running_loop().time() < deadline:
-            seen = len(batch.members)
-            await asyncio.sleep(BATCH_WINDOW_S)
-
     async def _answer(self, key: tuple[str, str | None, str | None], batch: _Batch) -> None:
         """Take the tenant's turn for ``batch`` (joined by the caller's requests until then), send it to the child and
         give each member its answer."""
         tenant, folder, base_model = key
         try:
-            await self._gathered(batch)
+            await gathered(lambda: len(batch.members))
             await self.turns.acquire(tenant)
         except TurnsFull:
             batch.settle({"error": {"status": 429, "code": "rate_limit_exceeded", "message": f"you have "

@@ -4,6 +4,7 @@ tool calls, checkpoints and resume."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import art
@@ -15,9 +16,10 @@ from art.preprocessing.tokenize import tokenize_trajectory_groups
 
 from environments.tools import INVALID_JSON, Tool, ToolArguments, ToolBox
 from service.backends import layout
-from service.backends.transformers.backend import TransformersBackend
+from service.backends.transformers.backend import TransformersBackend, balanced_rows
 from service.backends.transformers import attention, chat, training
 from service.backends.transformers.engine import LoraSettings
+from service.backends.transformers.generation import SamplingRequest
 from service.training.diagnostics import typed_diagnostics
 
 MESSAGES = [{"role": "system", "content": "Reply with `Final: <int>`."}, {"role": "user", "content": "What is 2 + 3?"}]
@@ -76,6 +78,34 @@ async def test_a_seeded_request_is_reproducible_and_models_are_addressed_by_step
         await client.chat.completions.create(model="nobody", messages=MESSAGES, max_tokens=2)
     step0 = await client.chat.completions.create(model=f"{model.name}@0", messages=MESSAGES, max_tokens=2)
     assert step0.model == f"{model.name}@0"
+
+
+@pytest.mark.asyncio
+async def test_requests_that_arrive_together_are_decoded_in_even_batches(trained, monkeypatch):
+    """A validation's 200 short rows go in two batches of 100, not 128 and a 72-row tail."""
+    backend, model = trained
+    engine = backend._engine(model.name)
+    sizes, generate = [], engine.generate
+
+    def recorded(requests, step=None):
+        sizes.append(sum(r.n for r in requests))
+        return generate(requests, step)
+
+    monkeypatch.setattr(engine, "generate", recorded)
+    client = model.openai_client()
+    await asyncio.gather(*(client.chat.completions.create(model=model.name, messages=MESSAGES, max_tokens=1, seed=i)
+                           for i in range(200)))  # fmt: skip
+    assert sizes == [100, 100]
+
+
+def test_a_batch_holds_its_rows_kv_cache_within_a_token_budget_split_evenly():
+    short, long = SamplingRequest(prompt_ids=(1,) * 150, max_tokens=24), SamplingRequest(prompt_ids=(1,) * 2000)
+    assert balanced_rows([short] * 64) == 64
+    assert balanced_rows([short] * 129) == 65  # 65 and 64, not 128 and 1
+    assert balanced_rows([SamplingRequest(prompt_ids=(1,), n=8)] * 25) == 100  # a request's n samples are its rows
+    assert balanced_rows([long] * 100) == 34  # 48 rows of 2,016 tokens fit MAX_BATCH_TOKENS: three batches
+    assert balanced_rows([long] * 40 + [short] * 40) == 40  # the longest row sizes the batch
+    assert balanced_rows([SamplingRequest(prompt_ids=(1,) * 200_000)]) == 1  # a row past the budget still decodes
 
 
 def _reply_logprob(engine, reply_ids: list[int]) -> float:

@@ -17,6 +17,7 @@ import art
 from art import dev
 
 from service.backends import layout
+from service.backends.batching import gathered
 from service.backends.openai_server import Sample, ServingError
 from service.backends.serving import InProcessBackend, SftBatches, parse_model_name
 from service.backends.transformers.engine import LoraSettings, PolicyEngine, default_device
@@ -25,8 +26,12 @@ from service.backends.transformers.models import resolve_base_model
 from service.backends.transformers.precision import Precision, dtype_name, resolve
 from service.backends.transformers.template_chat import TemplateChat
 
-BATCH_WINDOW_S = 0.02  # how long the first request of a batch waits for the others of its step to arrive
-MAX_BATCH_ROWS = 64  # samples decoded at once; more wait for the next batch
+# A decoding step of a small model costs nearly the same for 8 rows as for 64 (its weights are read and its hundreds of
+# products dispatched once either way), so short rows go in batches of up to 128. What a batch holds is its rows' KV
+# cache: MAX_BATCH_TOKENS (rows x (prompt + max_tokens)) keeps a batch of long agent turns at what 64 rows of 1,500
+# tokens held before (2.2 GB in bf16 for SmolLM2). More rows than one batch takes are split evenly (balanced_rows).
+MAX_BATCH_ROWS = 128
+MAX_BATCH_TOKENS = 96 * 1024
 
 
 @dataclass
@@ -110,14 +115,16 @@ class TransformersBackend(InProcessBackend):
     async def _decode_batches(self) -> None:
         """Decode what is pending, a model step at a time, until nothing is."""
         while self._pending:
-            await asyncio.sleep(BATCH_WINDOW_S)
+            await gathered(lambda: len(self._pending))
             key = self._pending[0].key
-            batch, rows = [], 0
-            for item in list(self._pending):
-                if item.key == key and (not batch or rows + item.request.n <= MAX_BATCH_ROWS):
-                    batch.append(item)
-                    rows += item.request.n
-                    self._pending.remove(item)
+            waiting = [item for item in self._pending if item.key == key]
+            batch, rows, limit = [], 0, balanced_rows([item.request for item in waiting])
+            for item in waiting:
+                if batch and rows + item.request.n > limit:
+                    break
+                batch.append(item)
+                rows += item.request.n
+                self._pending.remove(item)
             engine = self._engines[key[0]]
             try:
                 results = await self._run(engine.generate, [item.request for item in batch], key[1])
@@ -129,3 +136,15 @@ class TransformersBackend(InProcessBackend):
                 for item, samples in zip(batch, results):
                     if not item.future.done():
                         item.future.set_result(samples)
+
+
+def balanced_rows(requests: list[SamplingRequest]) -> int:
+    """How many rows the next batch of ``requests`` (one model's, oldest first) takes: all of them where they fit in
+    one batch, else an even share of as few batches as hold them, so no batch is a short tail decoded at a full batch's
+    cost (a validation's 200 rows: two of 100, not 64, 64, 64 and 8). A batch fits MAX_BATCH_ROWS rows and
+    MAX_BATCH_TOKENS tokens of context, counted at the requests' longest row."""
+    rows = sum(r.n for r in requests)
+    longest = max((len(r.prompt_ids) + r.max_tokens for r in requests), default=1)
+    per_batch = max(1, min(MAX_BATCH_ROWS, MAX_BATCH_TOKENS // longest))
+    batches = max(1, -(-rows // per_batch))
+    return -(-rows // batches)
