@@ -15,7 +15,7 @@ import torch
 from art.preprocessing.tokenize import tokenize_trajectory_groups
 
 from environments.tools import INVALID_JSON, Tool, ToolArguments, ToolBox
-from service.backends import layout
+from service.backends import batching, layout
 from service.backends.transformers.backend import TransformersBackend, balanced_rows
 from service.backends.transformers import attention, chat, training
 from service.backends.transformers.engine import LoraSettings
@@ -84,6 +84,9 @@ async def test_a_seeded_request_is_reproducible_and_models_are_addressed_by_step
 async def test_requests_that_arrive_together_are_decoded_in_even_batches(trained, monkeypatch):
     """A validation's 200 short rows go in two batches of 100, not 128 and a 72-row tail."""
     backend, model = trained
+    # windows wide enough that a loaded machine's slower arrivals still form one pending set
+    monkeypatch.setattr(batching, "BATCH_WINDOW_S", 0.5)
+    monkeypatch.setattr(batching, "MAX_BATCH_WAIT_S", 30.0)
     engine = backend._engine(model.name)
     sizes, generate = [], engine.generate
 
