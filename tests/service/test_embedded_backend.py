@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import art
+import httpx
 import openai
 import pytest
 import torch
@@ -132,6 +135,25 @@ async def test_stop_strings_greedy_and_errors(tmp_path):
         choice = stopped.choices[0]
         assert choice.message.content == greedy[0][: greedy[0].index(greedy[0][1])]
         assert choice.finish_reason == "stop" and choice.stop_reason == greedy[0][1]
+
+
+@pytest.mark.asyncio
+async def test_the_policy_server_closes_each_connection_after_its_response(tmp_path):
+    """A rollout client keeps no idle connection to the policy server: httpx checks every idle one at each request
+    (serving.ClosingEachConnection). Errors close too, and the next request opens a new connection and is answered."""
+    backend, model = await _registered(tmp_path)
+    try:
+        async with httpx.AsyncClient(base_url=backend.base_url, timeout=60) as http:
+            auth = {"Authorization": f"Bearer {model.inference_api_key}"}
+            body = {"model": model.name, "messages": PROMPT, "max_tokens": 4}
+            answers = await asyncio.gather(*[http.post("/chat/completions", json=body, headers=auth) for _ in range(8)])
+            refused = await http.post("/chat/completions", json=body, headers={"Authorization": "Bearer wrong"})
+            after = await http.post("/chat/completions", json=body, headers=auth)
+    finally:
+        await backend.close()
+    assert [r.status_code for r in answers] == [200] * 8 and refused.status_code == 401 and after.status_code == 200
+    assert all(r.headers["connection"] == "close" for r in [*answers, refused, after])
+    assert all(r.json()["choices"] for r in [*answers, after])
 
 
 @pytest.mark.asyncio
