@@ -15,6 +15,17 @@ if TYPE_CHECKING:
     import art
 
 
+RETRY_KINDS = ("timeout", "rate_limited", "server_error", "malformed")  # why a judge call is tried again
+
+
+@dataclass(frozen=True)
+class Retry:
+    """One judge call that failed and was tried again: its kind (one of RETRY_KINDS) and the error it gave."""
+
+    kind: str
+    reason: str
+
+
 @dataclass
 class GroupJudgement:
     """How judging one group went: the rescored group, or None and why it was dropped."""
@@ -24,4 +35,4 @@ class GroupJudgement:
     usage: JudgeUsage
     failure: str | None = None
     clamped: list[str] = field(default_factory=list)
-    retried: list[str] = field(default_factory=list)
+    retried: list[Retry] = field(default_factory=list)

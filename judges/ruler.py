@@ -38,7 +38,7 @@ import pydantic
 from art.rewards.ruler import DEFAULT_RUBRIC, TrajectoryScore, ruler
 
 from judges.groups import rescore
-from judges.judgement import GroupJudgement
+from judges.judgement import GroupJudgement, Retry
 from judges.usage import BudgetSpent, JudgeBudget, JudgeUsage, UsageMeter
 
 EXPLANATION_CHARS = 300  # of an exact verdict's explanation: a small judge otherwise rambles to its token limit
@@ -116,7 +116,7 @@ class RulerJudge:
     async def judge(self, group: art.TrajectoryGroup) -> GroupJudgement:
         """Score ``group``; never raises for anything the judge does."""
         usage = JudgeUsage()
-        retried: list[str] = []
+        retried: list[Retry] = []
         messages = [t.messages() for t in group.trajectories]
         tools = next((t.tools for t in group.trajectories if t.tools), None)
         rubric = self.config.system_rubric(tools)
@@ -139,10 +139,10 @@ class RulerJudge:
                 return GroupJudgement(None, attempt - 1, usage, failure=str(exc), retried=retried)
             except Exception as exc:  # noqa: BLE001 -- every judge failure is classified, none escapes
                 usage.add(meter.usage)
-                reason, retry_after = classify(exc)
-                if retry_after is None or attempt > self.config.max_retries:
+                kind, reason, retry_after = classify(exc)
+                if kind is None or attempt > self.config.max_retries:
                     return GroupJudgement(None, attempt, usage, failure=reason, retried=retried)
-                retried.append(reason)
+                retried.append(Retry(kind, reason))
                 await asyncio.sleep(self._delay(attempt, retry_after))
         raise AssertionError("unreachable: the last attempt returns")
 
@@ -154,21 +154,21 @@ class RulerJudge:
         return min(backoff * (0.5 + self._rng.random() / 2), self.config.max_backoff_s)
 
 
-def classify(exc: BaseException) -> tuple[str, float | None]:
-    """Why a judge call failed, and whether to retry: None for no, else the seconds the server asked
-    to wait (0 when it named none)."""
+def classify(exc: BaseException) -> tuple[str | None, str, float]:
+    """Why a judge call failed: its retry kind (judgement.RETRY_KINDS; None where retrying cannot help), the reason,
+    and the seconds the server asked to wait before a retry (0 when it named none)."""
     import litellm
 
     reason = f"{type(exc).__name__}: {str(exc)[:300]}"
     if isinstance(exc, litellm.RateLimitError):
-        return reason, _retry_after_seconds(exc)
+        return "rate_limited", reason, _retry_after_seconds(exc)
     if isinstance(exc, (asyncio.TimeoutError, litellm.Timeout)):
-        return f"timeout: {reason}", 0.0
+        return "timeout", f"timeout: {reason}", 0.0
     if isinstance(exc, (litellm.InternalServerError, litellm.ServiceUnavailableError, litellm.APIConnectionError)):
-        return reason, 0.0
+        return "server_error", reason, 0.0
     if isinstance(exc, (MalformedVerdict, pydantic.ValidationError, ValueError)):  # ART raises ValueError on a count
-        return f"malformed verdict: {reason}", 0.0
-    return reason, None  # authentication, a bad request, an unknown model: retrying cannot help
+        return "malformed", f"malformed verdict: {reason}", 0.0
+    return None, reason, 0.0  # authentication, a bad request, an unknown model
 
 
 def _retry_after_seconds(exc: BaseException) -> float:

@@ -152,6 +152,17 @@ def with_precision(manifest: dict[str, Any], precision: str | None) -> dict[str,
     return {**manifest, "locked": {**manifest.get("locked", {}), "precision": precision}}
 
 
+def with_verdict_format(manifest: dict[str, Any], *, exact: bool) -> dict[str, Any]:
+    """``manifest`` with its judge's verdict format, which the worker's settings decide (``judge_exact_verdicts``): a
+    judge held to the exact schema of a usable verdict scores otherwise than one asked for RULER's generic JSON, so
+    two such measurements are not compared. Recorded only where exact, so a generic-format manifest reads as those
+    written before the format was recorded."""
+    judge = manifest.get("judge")
+    if not exact or not isinstance(judge, dict):
+        return manifest
+    return {**manifest, "judge": {**judge, "exact_verdicts": True}}
+
+
 def _precision(manifest: dict[str, Any]) -> str | None:
     """The locked precision; for a transformers-backend manifest written before it was recorded, float32 (the CPU's
     only precision then; a CUDA run was bfloat16 and is refused against float32 ones, the safe side)."""

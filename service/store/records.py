@@ -37,6 +37,12 @@ class JudgeAccount(Record):
     judge_dropped_groups: float = Field(description="Groups the judge could not score after retries (left out of training).")
     judge_attempts: float
     judge_clamped_scores: float = Field(description="Scores outside [0, 1] that were clamped.")
+    # judge calls tried again, by why (judges/judgement.py RETRY_KINDS); rows written before these were kept read 0
+    judge_retries_timeout: float = Field(0.0, description="Judge calls retried after a timeout.")
+    judge_retries_rate_limited: float = Field(0.0, description="Judge calls retried after a 429.")
+    judge_retries_server_error: float = Field(0.0, description="Judge calls retried after a 5xx or a lost connection.")
+    judge_retries_malformed: float = Field(0.0, description="Judge calls retried after an answer that was not one "
+                                           "valid score per trajectory (invalid JSON, ids missing or repeated).")
 
     @classmethod
     def of_column(cls, flat: Mapping[str, Any]) -> JudgeAccount | None:

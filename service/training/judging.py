@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -17,7 +18,7 @@ import polars as pl
 
 from judges.graders import GraderConfigError, build_grader
 from judges.grading import GraderJudge
-from judges.judgement import GroupJudgement
+from judges.judgement import RETRY_KINDS, GroupJudgement
 from judges.ruler import JudgeConfig, RulerJudge
 from judges.usage import BudgetSpent, JudgeBudget, JudgeUsage
 from service.settings import Settings
@@ -115,6 +116,7 @@ class StepJudging:
     attempts: int = 0
     clamped: int = 0
     failures: list[str] = field(default_factory=list)
+    retries: Counter[str] = field(default_factory=Counter)  # judge calls tried again, by kind
     agreements: list[float] = field(default_factory=list)
     seconds: float = 0.0  # wall time with at least one judge call in flight (calls overlap, so not their sum)
     _in_flight: int = 0
@@ -133,6 +135,7 @@ class StepJudging:
         self.usage.add(result.usage)
         self.attempts += result.attempts
         self.clamped += len(result.clamped)
+        self.retries.update(retry.kind for retry in result.retried)
         if result.group is None:
             self.dropped += 1
             self.failures.append(result.failure or "unknown")
@@ -150,5 +153,6 @@ class StepJudging:
             judge_dropped_groups=float(self.dropped),
             judge_attempts=float(self.attempts),
             judge_clamped_scores=float(self.clamped),
+            **{f"judge_retries_{kind}": float(self.retries[kind]) for kind in RETRY_KINDS},
             judge_agreement=sum(self.agreements) / len(self.agreements) if self.agreements else None,
         )

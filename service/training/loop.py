@@ -15,6 +15,7 @@ import art
 from sqlalchemy.engine import Engine
 
 import environments
+from judges.ruler import RulerJudge
 from judges.usage import BudgetSpent, JudgeBudget
 from service import manifests
 from service.backends import make_backend, precision_of
@@ -97,11 +98,14 @@ async def run_job(
 
 def _record_manifest(run: Run) -> None:
     """What this run measures with: the manifest stored at submission, refreshed for the code of the process that
-    trains it (manifests.refreshed), with that process's precision and runtime, which only it knows."""
+    trains it (manifests.refreshed), with that process's precision, judge verdict format and runtime, which only it
+    knows."""
+    exact = isinstance(run.judge, RulerJudge) and run.judge.config.exact_verdicts
     with run.write() as session:
         job = runs.get_job(session, job_id=run.job_id)
         stored = manifests.refreshed(job.manifest, lambda: manifests.training_manifest(run.spec, run.env))
-        job.manifest = {**manifests.with_precision(stored, precision_of(run.backend)), "runtime": manifests.runtime()}
+        measured = manifests.with_verdict_format(manifests.with_precision(stored, precision_of(run.backend)), exact=exact)
+        job.manifest = {**measured, "runtime": manifests.runtime()}
         session.add(job)
 
 

@@ -99,7 +99,7 @@ async def test_a_wrong_set_of_scores_is_retried_then_accepted(name, rewrite):
         result = await judge(server).judge(group())
         assert len(server.requests) == 2
     assert result.failure is None and result.attempts == 2 and len(result.retried) == 1
-    assert "malformed verdict" in result.retried[0]
+    assert result.retried[0].kind == "malformed" and "malformed verdict" in result.retried[0].reason
     assert [t.reward for t in result.group.trajectories] == [0.9, 0.1, 0.9, 0.1]
 
 
@@ -107,7 +107,7 @@ async def test_a_wrong_set_of_scores_is_retried_then_accepted(name, rewrite):
 async def test_invalid_json_is_retried_and_its_tokens_are_still_counted():
     with judge_server([Behaviour(body="{'scores': not json"), Behaviour(body="")]) as server:
         result = await judge(server).judge(group())
-    assert result.failure is None and result.attempts == 3
+    assert result.failure is None and result.attempts == 3 and [r.kind for r in result.retried] == ["malformed"] * 2
     assert result.usage.responses == 3  # the broken answers were paid for too
     assert result.usage.prompt_tokens > 0 and result.usage.completion_tokens > 0 and result.usage.cost_usd > 0
 
@@ -128,7 +128,8 @@ async def test_429_is_retried_after_the_time_the_server_asks():
         result = await judge(server).judge(group())
         elapsed = time.monotonic() - started
         assert len(server.requests) == 2  # one 429, one answer: the SDK's own retries are off
-    assert result.failure is None and result.attempts == 2 and "RateLimitError" in result.retried[0]
+    assert result.failure is None and result.attempts == 2 and "RateLimitError" in result.retried[0].reason
+    assert result.retried[0].kind == "rate_limited"
     assert elapsed >= 0.5
 
 
@@ -137,7 +138,7 @@ async def test_a_timeout_is_retried():
     # the retry must answer within the timeout: 0.5 s was too short once on a loaded 2-core machine (a CI run)
     with judge_server([Behaviour(delay_s=30.0)]) as server:
         result = await judge(server, timeout_s=2.0).judge(group())
-    assert result.failure is None and result.attempts == 2 and result.retried[0].startswith("timeout")
+    assert result.failure is None and result.attempts == 2 and result.retried[0].kind == "timeout"
 
 
 @pytest.mark.asyncio
@@ -156,13 +157,14 @@ async def test_errors_that_retrying_cannot_fix_are_not_retried():
         result = await judge(server).judge(group())
         assert len(server.requests) == 1
     assert result.group is None and result.attempts == 1 and "AuthenticationError" in result.failure
+    assert result.retried == []
 
 
 @pytest.mark.asyncio
 async def test_server_errors_are_retried():
     with judge_server([Behaviour(status=500), Behaviour(status=503)]) as server:
         result = await judge(server).judge(group())
-    assert result.failure is None and result.attempts == 3
+    assert result.failure is None and result.attempts == 3 and [r.kind for r in result.retried] == ["server_error"] * 2
 
 
 @pytest.mark.asyncio

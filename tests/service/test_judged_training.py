@@ -3,12 +3,16 @@ loopback (the real protocol, through litellm), against a real SQLite store."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from sqlmodel import Session, select
 
 import environments
+from judges.judgement import RETRY_KINDS
 from service.settings import Settings
 from service.store import runs
+from service.store.records import JudgeAccount
 from service.store.tables import Alert, JobStatus, SampledTrajectory, StopReason
 from service.training.judging import JudgeNotAllowed
 from service.training.loop import run_job
@@ -30,6 +34,11 @@ def settings_for(server, tmp_path, **overrides) -> Settings:
 
 async def train(engine, job_id, tmp_path, settings):
     return await run_job(job_id, db=engine, data_dir=tmp_path / "data", settings=settings)
+
+
+def exact_schema(request: dict) -> bool:
+    """Whether a judge call asked for the exact verdict schema (its ids as constants), not RULER's generic one."""
+    return '"const"' in json.dumps(request.get("response_format"))
 
 
 def step_metrics(engine, job_id):
@@ -67,6 +76,21 @@ async def test_a_hybrid_job_trains_on_ruler_rewards_and_stops_on_ground_truth(tm
 
 
 @pytest.mark.asyncio
+async def test_a_judge_held_to_exact_verdicts_is_asked_for_them_and_the_manifest_says_so(tmp_path):
+    engine = _new_store(tmp_path)
+    exact_job, generic_job = _submit(engine, judged()), _submit(engine, judged())
+    with judge_server() as server:
+        await train(engine, exact_job, tmp_path, settings_for(server, tmp_path, judge_exact_verdicts=True))
+        asked = [exact_schema(r) for r in server.requests]
+        await train(engine, generic_job, tmp_path, settings_for(server, tmp_path))
+        generic_asked = [exact_schema(r) for r in server.requests[len(asked):]]
+    assert asked and all(asked) and generic_asked and not any(generic_asked)
+    with Session(engine) as session:
+        judges = [runs.get_job(session, job_id=j).manifest["judge"] for j in (exact_job, generic_job)]
+    assert judges[0]["exact_verdicts"] is True and "exact_verdicts" not in judges[1]
+
+
+@pytest.mark.asyncio
 async def test_groups_the_judge_cannot_score_are_dropped_and_the_rest_train(tmp_path):
     engine = _new_store(tmp_path)
     job_id = _submit(engine, judged())
@@ -81,6 +105,30 @@ async def test_groups_the_judge_cannot_score_are_dropped_and_the_rest_train(tmp_
     assert first.groups == 1  # the other group of step 1 trained
     failures = [a for a in alerts if a.kind == "judge_failures"]
     assert len(failures) == 1 and failures[0].step == 2 and failures[0].evidence["dropped_groups"] == 1
+
+
+@pytest.mark.asyncio
+async def test_the_step_keeps_why_judge_calls_were_retried(tmp_path):
+    engine = _new_store(tmp_path)
+    job_id = _submit(engine, judged())
+    # step 1's two groups meet these three failures in whichever order their calls come; then every call is answered.
+    # Three retries: one group may meet all three and still be scored
+    script = [Behaviour(status=503), Behaviour(body="not json"), Behaviour(status=429)]
+    with judge_server(script) as server:
+        job = await train(engine, job_id, tmp_path, settings_for(server, tmp_path, judge_max_retries=3))
+    assert job.status is JobStatus.succeeded
+    first, *later = step_metrics(engine, job_id)
+    retries = {kind: first[f"judge_retries_{kind}"] for kind in RETRY_KINDS}
+    assert retries == {"timeout": 0, "rate_limited": 1, "server_error": 1, "malformed": 1}
+    assert first["judge_dropped_groups"] == 0 and all(m["judge_retries_server_error"] == 0 for m in later)
+    with Session(engine) as session:
+        totals = runs.judge_totals(session, job_id=job_id)
+    assert {kind: totals[f"judge_retries_{kind}"] for kind in RETRY_KINDS} == retries
+
+
+def test_the_judge_account_has_a_retry_count_for_every_kind():
+    counted = {name.removeprefix("judge_retries_") for name in JudgeAccount.model_fields if name.startswith("judge_retries_")}
+    assert counted == set(RETRY_KINDS)
 
 
 @pytest.mark.asyncio

@@ -136,3 +136,20 @@ def test_a_pretrained_models_job_gets_the_environments_settings_where_it_sets_no
 
     with pytest.raises(ValueError, match="group_size"):
         manifests.recommended_spec(spec.model_copy(update={"training": type(spec.training)()}), Wrong())
+
+
+def _judged(exact: bool | None) -> dict:
+    """A RULER-measured job's manifest as the worker records it with the judge held to exact verdicts or not (an old
+    one, before the format was recorded: ``None``)."""
+    spec = JobSpec(environment="math", reward={"mode": "ruler", "judge_model": "openai/gpt-4o-mini"})
+    manifest = manifests.training_manifest(spec, load("math", {}))
+    return manifest if exact is None else manifests.with_verdict_format(manifest, exact=exact)
+
+
+def test_a_judge_held_to_exact_verdicts_is_another_measurement_and_the_generic_one_reads_as_before():
+    exact, generic, old = _judged(True), _judged(False), _judged(None)
+    assert exact["judge"]["exact_verdicts"] is True and "exact_verdicts" not in generic["judge"]
+    assert [d["field"] for d in manifests.differences(generic, exact)] == ["judge"]
+    assert manifests.differences(old, generic) == []
+    verifier = manifests.training_manifest(JobSpec(environment="math"), load("math", {}))
+    assert manifests.with_verdict_format(verifier, exact=True) == verifier  # no judge: nothing to record
