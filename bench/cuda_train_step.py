@@ -13,8 +13,10 @@ sampler's logprobs against the trainer's, loss, KL to the reference, grad norm);
 
 What it shows is that the step runs and measures on the device, and how close bf16 stays to float32. It does not
 show learning: a random model's next-token distribution is nearly uniform (entropy 10.687 nats of at most 10.80),
-and in 20 steps at a learning rate of 3e-3 the policy moved (KL 0.2) but the seeded draws still fell on mostly the
-same tokens, so the mean reward did not rise (bench/results/cuda_train_step_h200_*.json).
+and in 20 steps at a learning rate of 3e-3 the policy moved (KL 0.2) but the mean reward did not rise
+(bench/results/cuda_train_step_h200_*.json). The sampler draws by inverse CDF: a small shift of a near-uniform
+distribution moves each draw to a neighbouring token id, nearly always on the same side of the vocabulary's half, so
+this reward moves only once the lower half's whole mass does.
 
     python bench/cuda_train_step.py CONFIG_DIR [--steps 10] [--dtypes float32,bfloat16] [--out F]
 
