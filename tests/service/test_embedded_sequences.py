@@ -9,7 +9,7 @@ from openai.types.chat.chat_completion_message import ChatCompletionMessage
 from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenLogprob
 
 from service.backends.embedded import toolcalls
-from service.backends.embedded.sequences import collate, trajectory_windows
+from service.backends.embedded.sequences import TokenSequence, collate, trajectory_windows
 from service.backends.embedded.tokenizer import ASSISTANT, EOT, UNK, decode, encode_text, prompt_budget, render_prompt
 
 
@@ -182,3 +182,38 @@ def test_the_policy_skips_system_prompts_and_few_shot_turns_when_sampling_and_wh
     # a sampled turn after the examples is trained on the context the server rendered for it
     (rl,) = windows([*env.opening(row), choice("Final: 3", context_tokens=len(render_prompt(env.opening(row))))])
     assert rl.ids[: len(render_prompt(question))] == render_prompt(question)
+
+
+def test_micro_batches_group_windows_of_like_length_and_give_the_gradient_of_one_pass():
+    import torch
+
+    from service.backends.embedded.engine import MAX_PADDING_RATIO, MICRO_BATCH_TOKENS, micro_batches
+    from service.backends.embedded.objectives import sft_loss
+    from service.backends.embedded.policy import PRESETS, CharGPT
+
+    config = PRESETS["embedded/char-gpt-0.2m"]
+    lengths = [29, 60, 28, 61, 30, 29, 300, 58, 37, 29, 193, 59] * 3  # a math warm start's two lengths, and long ones
+    generator = torch.Generator().manual_seed(0)
+    sequences = []
+    for n in lengths:
+        seq = TokenSequence()
+        seq.extend(torch.randint(3, 60, (n,), generator=generator).tolist(), True)
+        sequences.append(seq)
+    runs = micro_batches(sequences, config.block_size)
+    assert sorted(id(s) for run in runs for s in run) == sorted(id(s) for s in sequences)  # each window once
+    for run in runs:
+        widths = [min(len(s.ids), config.block_size + 1) for s in run]
+        assert max(widths) <= MAX_PADDING_RATIO * min(widths) and len(run) * max(widths) <= MICRO_BATCH_TOKENS
+    padded = sum(len(run) * max(min(len(s.ids), config.block_size + 1) for s in run) for run in runs)
+    assert padded < 0.7 * len(sequences) * (config.block_size + 1)  # padded as one, every window would be 193 wide
+
+    policy = CharGPT(config, seed=0)
+
+    def gradient(chunks):
+        policy.zero_grad()
+        total = float(sum(s.truncated(config.block_size).trainable_tokens() for s in sequences))
+        for chunk in chunks:
+            sft_loss(policy, collate(chunk, config.block_size), total)[0].backward()
+        return torch.cat([p.grad.flatten() for p in policy.parameters()])
+
+    torch.testing.assert_close(gradient(runs), gradient([sequences]), rtol=1e-4, atol=1e-6)
