@@ -47,7 +47,9 @@ ENV = {"HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TQDM_DISA
 # On a quiet machine ``default`` leaves each side its own: OpenMP's for TRL, ``artsvc train``'s brief spin (service/cpu.py).
 WAIT_POLICY = {"OMP_WAIT_POLICY": "PASSIVE"}
 GROUPS_PER_STEP, GROUP_SIZE = 8, 8  # the service's TrainingSpec defaults
-LEARNING_RATE, TEMPERATURE = 1e-4, 1.0  # TrainingSpec / ValidationSpec defaults
+# TrainingSpec / ValidationSpec defaults; the service's math job for a pretrained model trains at 2e-4 (its
+# environment's pretrained_job), so the service side is given this rate: both sides as measured in README
+LEARNING_RATE, TEMPERATURE = 1e-4, 1.0
 LORA = {"r": 16, "lora_alpha": 32, "target_modules": "all-linear"}  # service/backends/transformers/engine.py LoraSettings
 WEIGHT_DECAY = 0.01  # torch.optim.AdamW's default, which the service's optimizer keeps
 
@@ -231,7 +233,8 @@ class _StepTimer:
 def run_service(python: str, *, steps: int, val_examples: int, seed: int) -> dict[str, Any]:
     from env_rl import train_and_read
 
-    flags = ["--max-steps", str(steps), "--every-n-steps", str(steps), "--val-examples", str(val_examples)]
+    flags = ["--max-steps", str(steps), "--every-n-steps", str(steps), "--val-examples", str(val_examples),
+             "--learning-rate", str(LEARNING_RATE)]
     result = train_and_read("math", seed, flags, python=python)
     last = result["validation"][-1]
     return {

@@ -129,7 +129,11 @@ def test_a_pretrained_models_job_gets_the_environments_settings_where_it_sets_no
     assert recommended.validation.patience == 5 and recommended.seed == spec.seed
     embedded = JobSpec.model_validate({"environment": "math", "model": {"backend": "embedded"}})
     assert manifests.recommended_spec(embedded, env) is embedded  # trained from scratch: the spec's defaults
-    assert manifests.recommended_spec(spec, MathEnvironment()) is spec  # no recommendation: unchanged
+
+    class Unadvised(MathEnvironment):
+        pretrained_job = {}
+
+    assert manifests.recommended_spec(spec, Unadvised()) is spec  # no recommendation: unchanged
 
     class Wrong(MathEnvironment):
         pretrained_job = {"training": {"group_size": 1}}

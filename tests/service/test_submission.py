@@ -57,7 +57,8 @@ def test_a_job_is_queued_with_its_manifest(engine, settings, client):
     job, replayed = submit(engine, settings, MATH, caller=client)
     assert not replayed and job.status is JobStatus.queued and job.owner_id == client.id
     [row] = stored(engine)
-    expected = manifests.training_manifest(JobSpec.model_validate(MATH), environments.load("math", {}))
+    env = environments.load("math", {})
+    expected = manifests.training_manifest(manifests.recommended_spec(JobSpec.model_validate(MATH), env), env)
     assert row.id == job.id and row.manifest == expected
     assert row.manifest["code_version"] == manifests.code_version() and "runtime" not in row.manifest
 
@@ -79,7 +80,7 @@ def test_an_operator_s_twin_that_loses_the_race_for_its_key_gets_the_first_job(e
     """Operators' submissions are not held (tenancy.hold_queue), so on PostgreSQL two with one key can both find no
     earlier job and insert; the loser's insert waits on the key's unique index and fails once the winner commits. It
     must answer with the winner's job, not a 500. The winner here is a transaction held open by the test."""
-    spec = JobSpec.model_validate(MATH)
+    spec = manifests.recommended_spec(JobSpec.model_validate(MATH), environments.load("math", {}))  # as submitted
     winner = runs.new_job(spec=spec, owner_id=LOCAL_PRINCIPAL.id, idempotency_key="twin", request_hash=jobs.request_hash(spec))
     with Session(engine) as held, ThreadPoolExecutor(1) as pool:
         runs.insert_queued(held, winner)  # uncommitted: the twin's check for an earlier job cannot see it

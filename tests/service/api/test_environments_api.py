@@ -52,7 +52,8 @@ def test_the_math_environment_with_its_splits(client, engine, fresh_catalog):
     assert listed["math"] == {
         "name": "math", "version": math.version, "scorer_name": math.scorer_name, "scorer_version": math.scorer_version,
         "splits": expected_splits, "data_fingerprints": {}, "arguments": {"level": "carry_free"}, "tools": [], "warm_start_examples": math.warm_start_examples,
-        "pretrained_warm_start_examples": 0, "pretrained_job": {}, "error": None,
+        "pretrained_warm_start_examples": 0, "error": None,
+        "pretrained_job": {"training": {"learning_rate": 2e-4, "max_steps": 60}, "validation": {"target_accuracy": 0.6}},
     }  # fmt: skip
     assert listed["2048"]["pretrained_job"] == {section: dict(fields) for section, fields
                                                 in environments.load("2048").pretrained_job.items()}  # fmt: skip
