@@ -34,14 +34,15 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import torch  # noqa: E402
 
 from roofline import cpu  # noqa: E402
+from service.backends.transformers.batch_cache import growing_cache  # noqa: E402
 from service.backends.transformers.engine import PolicyEngine  # noqa: E402
 from service.backends.transformers.models import resolve_base_model  # noqa: E402
 
 
 def decode_ms(model: torch.nn.Module, prompt: torch.Tensor, steps: int) -> float:
     """Median milliseconds of ``steps`` greedy decode steps after a prefill of ``prompt``."""
-    with torch.no_grad():
-        out = model(input_ids=prompt, use_cache=True, logits_to_keep=1)
+    with torch.no_grad():  # the sampler's cache: decoded states written in place (batch_cache.GrowingLayer)
+        out = model(input_ids=prompt, past_key_values=growing_cache(), use_cache=True, logits_to_keep=1)
         cache, token, times = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True), []
         for _ in range(steps):
             started = time.perf_counter()
