@@ -94,3 +94,65 @@ def test_a_bfloat16_base_trains_float32_lora_weights_and_saves_them_as_float32(t
     assert {p.dtype for n, p in served.model.named_parameters() if "lora_" in n} == {torch.float32}
     adapters.merge(folder, tiny_lm, tmp_path / "merged")  # the export loads its own base (as saved: float32)
     assert (tmp_path / "merged" / "model.safetensors").is_file()
+
+
+def _packed_rows(rows: int, width: int, vocab: int) -> dict:
+    """``rows`` packed rows of ``width`` tokens, each a prompt of 20 then replies of 10 with sampled logprobs and
+    advantages of both signs, padded at the end, as ART packs a step."""
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, vocab, (rows, width), generator=generator)
+    group_ids, parent_ids = torch.full((rows, width), -1), torch.full((rows, width), -1)
+    positions = torch.zeros(rows, width, dtype=torch.long)
+    replies = torch.zeros(rows, width, dtype=torch.bool)
+    for row in range(rows):
+        group_ids[row, :20] = parent_ids[row, :20] = 0
+        positions[row, :20] = torch.arange(20)
+        for reply, start in enumerate(range(20, width - 10 - 3 * row, 10)):  # rows end at different columns
+            group_ids[row, start : start + 10], parent_ids[row, start : start + 10] = reply + 1, 0
+            positions[row, start : start + 10] = torch.arange(20, 30)
+            replies[row, start : start + 10] = True
+    advantages = torch.where(replies, torch.randn(rows, width, generator=generator), torch.zeros(rows, width))
+    sampled = torch.where(replies, -torch.rand(rows, width, generator=generator), torch.full((rows, width), float("nan")))
+    tokens = torch.where(group_ids >= 0, tokens, torch.full_like(tokens, -100))
+    return {"tokens": tokens, "group_ids": group_ids, "parent_ids": parent_ids, "input_pos": positions,
+            "assistant_mask": replies, "logprobs": sampled, "advantages": advantages,
+            "weights": replies.float(), "pixel_values": [None] * rows, "image_grid_thw": [None] * rows}  # fmt: skip
+
+
+def test_packed_rows_trained_in_one_pass_step_as_they_do_one_row_at_a_time(tiny_lm, tmp_path, monkeypatch):
+    """Micro-batches of several packed rows (``TRAIN_BATCH_TOKENS``) change how many rows a pass holds, not the step:
+    the same loss, entropy, KL, gradient norm and updated adapter as row by row, in float32."""
+    from art import dev
+
+    results = []
+    for budget in (1, training.TRAIN_BATCH_TOKENS):
+        engine = _engine(tiny_lm, tmp_path / f"model-{budget}", torch.float32)
+        packed = _packed_rows(4, 96, engine.model.config.vocab_size)
+        monkeypatch.setattr(training, "TRAIN_BATCH_TOKENS", budget)
+        assert len(training.micro_batches(4, 96)) == (4 if budget == 1 else 1)
+        metrics = training.grpo_step(engine.model, engine.optimizer, packed, learning_rate=1e-2,  # type: ignore[arg-type]
+                                     config=dev.TrainConfig(), max_grad_norm=1.0)  # fmt: skip
+        adapter = {n: p.detach().clone() for n, p in engine.model.named_parameters() if p.requires_grad}
+        results.append((metrics, adapter))
+    (rows, rows_adapter), (batched, batched_adapter) = results
+    assert rows["grad_norm"] > 0 and rows["packed_rows"] == batched["packed_rows"] == 4
+    for key in ("loss", "entropy", "kl_policy_ref", "grad_norm", "trained_tokens"):
+        assert batched[key] == pytest.approx(rows[key], rel=1e-4, abs=1e-6), key
+    for name, weight in rows_adapter.items():
+        torch.testing.assert_close(batched_adapter[name], weight, atol=1e-6, rtol=1e-4)
+
+
+def test_a_bfloat16_base_runs_its_adapters_products_in_bfloat16_when_sampling_and_training(tiny_lm, tmp_path):
+    """Both sides compute the adapter as the base (precision.adapter_in_base_dtype): no float32 copy of an activation
+    goes into a LoRA product, while the adapter's weights stay float32."""
+    engine = _engine(tiny_lm, tmp_path / "model", torch.bfloat16)
+    lora_a = next(m for n, m in engine.model.named_modules() if n.endswith("q_proj.lora_A.default"))
+    seen: list[tuple[torch.dtype, torch.dtype]] = []
+    lora_a.register_forward_hook(lambda module, args, out: seen.append((args[0].dtype, out.dtype)))
+    prompt = tuple(chat.render_prompt(engine.tokenizer, MESSAGES, None))
+    engine.generate([SamplingRequest(prompt_ids=prompt, max_tokens=2, seed=0)])
+    tokens = torch.tensor([prompt])
+    mask = torch.tril(torch.ones(1, len(prompt), len(prompt), dtype=torch.bool))
+    training.token_logprobs(engine.model, tokens, mask, torch.arange(len(prompt)).unsqueeze(0))[0].sum().backward()
+    assert len(seen) >= 3 and set(seen) == {(torch.bfloat16, torch.bfloat16)}
+    assert lora_a.weight.dtype == torch.float32 and lora_a.weight.grad.dtype == torch.float32

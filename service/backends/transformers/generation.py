@@ -19,6 +19,7 @@ from transformers import DynamicCache
 
 from service.backends.openai_server import Sample
 from service.backends.transformers import batch_cache
+from service.backends.transformers.precision import adapter_in_base_dtype
 from service.backends.transformers.prefix_cache import MAX_BYTES, PrefixCache, States
 from service.backends.transformers.structured import Guide, Matcher
 
@@ -145,7 +146,14 @@ class Generator:
         passed) is asked before each decoding step and, the shared prompt then encoded ``PREFILL_CHUNK`` tokens at a
         time, before each chunk: once true, what was sampled is returned, the unfinished samples' finish_reason
         ``length``. Finished samples leave the batch once they are a quarter of it (COMPACT_WHEN_FINISHED).
-        ``weights`` names the weights sampled from: states cached under other weights are never reused."""
+        ``weights`` names the weights sampled from: states cached under other weights are never reused. The model
+        computes under the trainer's rule (precision.adapter_in_base_dtype), so a sample's logprobs are the loss's."""
+        with adapter_in_base_dtype(self.model):
+            return self._generate(requests, should_stop, weights)
+
+    def _generate(
+        self, requests: list[SamplingRequest], should_stop: Callable[[], bool] | None, weights: Hashable
+    ) -> list[list[Sample]]:
         self.prefix_cache.use(weights)
         prompts = list(dict.fromkeys(r.prompt_ids for r in requests))
         rows = [

@@ -5,12 +5,16 @@ bfloat16 halves the bytes of the weights and of every product, and AMX multiplie
 A CPU without those instructions (AVX2 only) has no bfloat16 arithmetic: its kernels convert to float32 and back around
 every product, so there bfloat16 costs time and saves only memory. ARM's bf16 extensions are not counted: not measured.
 Whatever the base, the LoRA weights and their optimizer state stay float32 (PEFT upcasts the adapter, as ART's GPU
-trainer has it) and logits are softmaxed in float32; the sampler and the trainer share one model, so the logprobs a
-rollout reports are the ones the loss recomputes. Another precision gives other numbers: the manifest locks it.
+trainer has it) and logits are softmaxed in float32. Under a bfloat16 base the adapter's products run in bfloat16 too
+(``adapter_in_base_dtype``: autocast over the float32 weights, as mixed-precision training does on a GPU). The sampler
+and the trainer compute under the same rule, so the logprobs a rollout reports are the ones the loss recomputes.
+Another precision gives other numbers: the manifest locks it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Literal
 
 import torch
@@ -40,3 +44,20 @@ def resolve(precision: Precision, device: torch.device) -> torch.dtype:
 def dtype_name(dtype: torch.dtype) -> str:
     """``bfloat16`` or ``float32``, as manifests record it."""
     return str(dtype).removeprefix("torch.")
+
+
+@contextmanager
+def adapter_in_base_dtype(model: torch.nn.Module) -> Iterator[None]:
+    """Within it, a bfloat16 base model's LoRA products run in bfloat16 (autocast, the adapter's weights still float32
+    and their gradients float32); a float32 model is left as it is. PEFT otherwise casts every adapted layer's input
+    to float32, adds the adapter's float32 output to the base's, and casts the sum back: a math step's training pass
+    (3 packed rows of 512 on SmolLM2, 2-core AMX Xeon) took 0.88 of its time without those casts (bench/train_pass.py).
+    Enter it around a backward pass too: gradient checkpointing recomputes the forward there under the same rule."""
+    weight = model.get_input_embeddings().weight  # type: ignore[operator]
+    if weight.dtype != torch.bfloat16:
+        yield
+        return
+    from peft.helpers import disable_input_dtype_casting
+
+    with torch.autocast(weight.device.type, dtype=torch.bfloat16), disable_input_dtype_casting(model):
+        yield

@@ -26,8 +26,13 @@ from openai.types.chat.chat_completion import Choice, ChoiceLogprobs
 
 from environments.prompts import is_example
 from service.backends.transformers import chat
+from service.backends.transformers.precision import adapter_in_base_dtype
 
 LOGPROB_CHUNK = 256  # positions whose vocabulary logits exist at once
+# Packed-row tokens that go through one forward and backward: a math step's 2-4 rows of 512 in one pass, an agent's
+# longer rows one at a time. One pass over several rows makes fewer, larger products; the bound keeps what the pass
+# holds for its backward (the head's float32 log-softmax at every read position, above all) as a row of 2048 holds.
+TRAIN_BATCH_TOKENS = 2048
 SFT_PACK_TOKENS = 2048  # a packed warm-start row; attention over a dense mask grows with its square
 
 
@@ -87,9 +92,16 @@ def read_positions(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 def _hidden(model: torch.nn.Module, tokens: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    return _backbone(model)(
-        input_ids=tokens.clamp(min=0), attention_mask=mask.unsqueeze(1), position_ids=positions, use_cache=False
-    ).last_hidden_state
+    with adapter_in_base_dtype(model):
+        return _backbone(model)(
+            input_ids=tokens.clamp(min=0), attention_mask=mask.unsqueeze(1), position_ids=positions, use_cache=False
+        ).last_hidden_state
+
+
+def micro_batches(rows: int, width: int) -> list[slice]:
+    """The packed rows (each ``width`` tokens) in runs of at most TRAIN_BATCH_TOKENS tokens, one row at least."""
+    per = max(1, TRAIN_BATCH_TOKENS // max(width, 1))
+    return [slice(start, min(start + per, rows)) for start in range(0, rows, per)]
 
 
 def _next_tokens(tokens: torch.Tensor) -> torch.Tensor:
@@ -181,27 +193,27 @@ def grpo_step(
     mean over all of them), then one optimizer step. Reports loss, entropy, KL to the reference (the adapter
     disabled) and the gradient norm."""
     device = next(model.parameters()).device
-    rows = packed["tokens"].shape[0]
-    weights = [float(packed["assistant_mask"][i].sum()) for i in range(rows)]
-    total = sum(weights) or 1.0
+    rows, width = packed["tokens"].shape
+    total = float(packed["assistant_mask"].sum()) or 1.0
     sums = {"loss": 0.0, "entropy": 0.0, "kl_policy_ref": 0.0, "probs_corr": 0.0}
     optimizer.zero_grad(set_to_none=True)
     model.train()
-    for i in range(rows):
-        inputs = {k: v[i : i + 1].to(device) for k, v in packed.items() if isinstance(v, torch.Tensor)}
-        mask = packed_attention_mask(inputs["group_ids"], inputs["parent_ids"])
-        read = read_positions(inputs)
-        new, entropies = token_logprobs(model, inputs["tokens"], mask, inputs["input_pos"], entropy=True, at=read)
-        with torch.no_grad(), model.disable_adapter():
-            reference, _ = token_logprobs(model, inputs["tokens"], mask, inputs["input_pos"], at=read)
-        loss = loss_fn(inputs, new, reference, entropies, config)  # type: ignore[arg-type]
-        (loss.policy_loss * weights[i] / total).backward()
-        share = weights[i] / total
-        sums["loss"] += loss.policy_loss.item() * share
-        sums["entropy"] += float(loss.entropy or 0.0) * share
-        sums["kl_policy_ref"] += _kl(new.detach(), reference, inputs["assistant_mask"]) * share
-        if not math.isnan(corr := loss.probs_corr.item()):
-            sums["probs_corr"] += corr * share
+    with adapter_in_base_dtype(model):  # the backward recomputes checkpointed layers under the forward's rule
+        for batch in micro_batches(rows, width):
+            inputs = {k: v[batch].to(device) for k, v in packed.items() if isinstance(v, torch.Tensor)}
+            mask = packed_attention_mask(inputs["group_ids"], inputs["parent_ids"])
+            read = read_positions(inputs)
+            new, entropies = token_logprobs(model, inputs["tokens"], mask, inputs["input_pos"], entropy=True, at=read)
+            with torch.no_grad(), model.disable_adapter():
+                reference, _ = token_logprobs(model, inputs["tokens"], mask, inputs["input_pos"], at=read)
+            loss = loss_fn(inputs, new, reference, entropies, config)  # type: ignore[arg-type]
+            share = float(inputs["assistant_mask"].sum()) / total  # ART's loss is a mean over the batch's tokens
+            (loss.policy_loss * share).backward()
+            sums["loss"] += loss.policy_loss.item() * share
+            sums["entropy"] += float(loss.entropy or 0.0) * share
+            sums["kl_policy_ref"] += _kl(new.detach(), reference, inputs["assistant_mask"]) * share
+            if not math.isnan(corr := loss.probs_corr.item()):
+                sums["probs_corr"] += corr * share
     grad_norm = _step(model, optimizer, learning_rate, max_grad_norm)
     model.eval()
     return {**sums, "grad_norm": grad_norm, "packed_rows": float(rows), "trained_tokens": total}
@@ -295,13 +307,14 @@ def sft_step(
     optimizer.zero_grad(set_to_none=True)
     model.train()
     loss_sum = 0.0
-    for i in range(targets.shape[0]):
-        inputs = {k: v[i : i + 1].to(device) for k, v in packed.items() if isinstance(v, torch.Tensor)}
-        mask = packed_attention_mask(inputs["group_ids"], inputs["parent_ids"])
-        trained = targets[i : i + 1].to(device)
-        loss = -trained_logprobs(model, inputs["tokens"], mask, inputs["input_pos"], trained).sum() / tokens_total
-        loss.backward()
-        loss_sum += float(loss.detach())
+    with adapter_in_base_dtype(model):  # the backward recomputes checkpointed layers under the forward's rule
+        for batch in micro_batches(*targets.shape):
+            inputs = {k: v[batch].to(device) for k, v in packed.items() if isinstance(v, torch.Tensor)}
+            mask = packed_attention_mask(inputs["group_ids"], inputs["parent_ids"])
+            trained = targets[batch].to(device)
+            loss = -trained_logprobs(model, inputs["tokens"], mask, inputs["input_pos"], trained).sum() / tokens_total
+            loss.backward()
+            loss_sum += float(loss.detach())
     grad_norm = _step(model, optimizer, learning_rate, max_grad_norm)
     model.eval()
     return {"loss": loss_sum, "grad_norm": grad_norm, "trained_tokens": float(tokens_total)}
