@@ -10,7 +10,7 @@ followed by 8 replies of 40 with sampled logprobs and advantages. The four sides
 first round untimed); these machines' speed drifts by tens of percent within minutes, so only sides run in the same
 round are compared: the report gives each side's median seconds and its median ratio to the "before" side.
 
-    python bench/train_pass.py [--rows 3] [--rounds 6]
+    python bench/train_pass.py [--rows 2] [--rounds 6]
 
 Writes ``bench/results/train_pass.json``.
 """
@@ -103,7 +103,7 @@ def timed_step(engine: PolicyEngine, packed: dict, budget: int, bf16_adapter: bo
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=3)
+    parser.add_argument("--rows", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "bf16cache")
     args = parser.parse_args()

@@ -51,7 +51,7 @@ def adapter_in_base_dtype(model: torch.nn.Module) -> Iterator[None]:
     """Within it, a bfloat16 base model's LoRA products run in bfloat16 (autocast, the adapter's weights still float32
     and their gradients float32); a float32 model is left as it is. PEFT otherwise casts every adapted layer's input
     to float32, adds the adapter's float32 output to the base's, and casts the sum back: a math step's training pass
-    (3 packed rows of 512 on SmolLM2, 2-core AMX Xeon) took 0.88 of its time without those casts (bench/train_pass.py).
+    (2 packed rows of 512 on SmolLM2, 2-core AMX Xeon) took 0.86 of its time without those casts (bench/train_pass.py).
     Enter it around a backward pass too: gradient checkpointing recomputes the forward there under the same rule."""
     weight = model.get_input_embeddings().weight  # type: ignore[operator]
     if weight.dtype != torch.bfloat16:
