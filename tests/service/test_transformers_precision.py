@@ -156,3 +156,7 @@ def test_a_bfloat16_base_runs_its_adapters_products_in_bfloat16_when_sampling_an
     training.token_logprobs(engine.model, tokens, mask, torch.arange(len(prompt)).unsqueeze(0))[0].sum().backward()
     assert len(seen) >= 3 and set(seen) == {(torch.bfloat16, torch.bfloat16)}
     assert lora_a.weight.dtype == torch.float32 and lora_a.weight.grad.dtype == torch.float32
+    q_proj = next(m for n, m in engine.model.named_modules() if n.endswith("q_proj"))
+    with precision.adapter_in_base_dtype(engine.model), precision.adapter_in_base_dtype(engine.model):  # nested
+        assert q_proj.cast_input_dtype_enabled is False and torch.is_autocast_enabled("cpu")
+    assert q_proj.cast_input_dtype_enabled is True and not torch.is_autocast_enabled("cpu")  # restored after

@@ -52,12 +52,15 @@ def adapter_in_base_dtype(model: torch.nn.Module) -> Iterator[None]:
     and their gradients float32); a float32 model is left as it is. PEFT otherwise casts every adapted layer's input
     to float32, adds the adapter's float32 output to the base's, and casts the sum back: a math step's training pass
     (2 packed rows of 512 on SmolLM2, 2-core AMX Xeon) took 0.86 of its time without those casts (bench/train_pass.py).
-    Enter it around a backward pass too: gradient checkpointing recomputes the forward there under the same rule."""
+    Enter it around a backward pass too: gradient checkpointing recomputes the forward there under the same rule.
+    Entered again inside itself it does nothing: switching PEFT's casts walks the model's 2,500 modules (7 ms)."""
     weight = model.get_input_embeddings().weight  # type: ignore[operator]
-    if weight.dtype != torch.bfloat16:
+    device = weight.device.type
+    inside = torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == torch.bfloat16
+    if weight.dtype != torch.bfloat16 or inside:
         yield
         return
     from peft.helpers import disable_input_dtype_casting
 
-    with torch.autocast(weight.device.type, dtype=torch.bfloat16), disable_input_dtype_casting(model):
+    with torch.autocast(device, dtype=torch.bfloat16), disable_input_dtype_casting(model):
         yield
