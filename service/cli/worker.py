@@ -63,7 +63,7 @@ def worker(
 
 
 async def _run(engine: Engine, settings: Settings, *, supervised_by: int | None) -> None:
-    from service.worker.runner import Worker  # imports torch and ART: keep `artsvc --help` fast
+    from service.worker.runner import Worker
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

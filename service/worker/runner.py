@@ -2,9 +2,8 @@
 It runs evaluation jobs the same way, under the same hooks (they record only at their end, so an
 interrupted one starts over).
 
-Each job runs as an asyncio task through its kind's runner (``RUNNERS``: ``run_job``, ``run_evaluation`` or
-``run_client_batch``, one signature: service/runner/finish.py); a heartbeat renews the leases of the jobs it holds
-from a thread of its own (a step that keeps the event loop busy does not starve it), and every write of a job renews its lease in the write's own
+Each job runs as an asyncio task through its kind's runner (service/worker/runners.py, imported with the first job); a
+heartbeat renews the leases of the jobs it holds from a thread of its own (a step that keeps the event loop busy does not starve it), and every write of a job renews its lease in the write's own
 transaction (service/runner/control.py). A job stops at its next check (about a second apart inside a warm start, a
 step's rollouts or a validation; an evaluation's rollout), recording nothing, when the worker shuts down (its lease is released, so
 another worker resumes it at once) or when its lease was lost (another worker took it over: its writes are refused,
@@ -29,23 +28,15 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from service.alerts import WebhookNotifier
-from service.art_client.runner import WARM, run_client_batch
-from service.evaluation.runner import run_evaluation
 from service.runner.control import JobHooks, JobInterrupted
-from service.runner.finish import Runner
 from service.settings import Settings
 from service.store import queue_signal
 from service.store.tables import Job, JobKind
-from service.training.loop import run_job
 from service.worker import leases
+from service.worker.runners import close_client_models, runner_for
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-RUNNERS: dict[JobKind, Runner] = {
-    JobKind.training: run_job, JobKind.evaluation: run_evaluation, JobKind.client_batch: run_client_batch,
-}  # fmt: skip
-
 
 def default_worker_id() -> str:
     """Host, process and a random suffix: unique even when a pid is reused."""
@@ -102,7 +93,7 @@ class Worker:
                 await asyncio.wait(tasks)
             heartbeat_stopped.set()
             await asyncio.to_thread(heartbeat.join)
-            await WARM.close()  # the client model kept loaded for its next batch
+            await close_client_models()
             await notifier.aclose()
             try:
                 await self._db(leases.stop_worker, worker_id=self.id)
@@ -153,8 +144,8 @@ class Worker:
             trajectories_per_step=self.settings.trajectories_per_step,
             holds_job=lambda session: self._renew_in(session, held),
         )
-        runner = RUNNERS[JobKind(job.kind)]
         try:
+            runner = await runner_for(JobKind(job.kind), should_stop=hooks.should_stop)  # the first imports torch
             ended = await runner(job.id, db=self.engine, data_dir=self.settings.data_dir, settings=self.settings, hooks=hooks)
             reason = ended.stop_reason.value if ended.stop_reason else "-"
             log.info("finished job %s: %s (%s) at step %d", ended.id, ended.status.value, reason, ended.step)

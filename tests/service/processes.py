@@ -71,3 +71,8 @@ def children_of(pid: int) -> set[int]:
         if int(fields[1]) == pid and fields[0] != "Z":
             children.add(int(stat.parent.name))
     return children
+
+
+def loaded_torch(pid: int) -> bool:
+    """Whether process ``pid`` has torch's library mapped (Linux: read from /proc)."""
+    return "libtorch" in Path(f"/proc/{pid}/maps").read_text()

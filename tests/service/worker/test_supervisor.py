@@ -21,7 +21,7 @@ from sqlmodel import Session, col, select
 from service.store.tables import Job, JobStatus, WorkerRecord
 from service.worker.supervisor import ORPHAN_GRACE_S
 from tests.databases import sqlite_only
-from tests.service.processes import ServeProcess, children_of, environment
+from tests.service.processes import ServeProcess, children_of, environment, loaded_torch
 from tests.service.worker.conftest import (
     LONGER_JOB,
     assert_finished_like_the_reference,
@@ -114,6 +114,7 @@ def test_two_workers_run_as_children_of_serve_at_a_lower_cpu_priority_and_stop_w
     assert {os.sched_getscheduler(pid) for pid in pids} == {os.SCHED_IDLE}
     health = httpx.get(f"{serve.url}/healthz", timeout=30).json()
     assert (health["status"], health["workers"]["alive"]) == ("ok", 2)
+    assert not any(loaded_torch(pid) for pid in pids)  # a worker without a job has not imported torch and ART
 
     serve.process.send_signal(signal.SIGTERM)
     assert serve.process.wait(timeout=120) == 0, serve.log()
@@ -206,6 +207,8 @@ def test_api_processes_share_the_socket_and_the_metrics_are_started_again_and_st
     os.kill(doomed, signal.SIGKILL)
     successors = wait_for(lambda: api_pids(serve, 2, besides=doomed), what="a new API process", timeout=120,
                           workers=(serve,))  # fmt: skip
+    wait_for(lambda: all(f"Started server process [{pid}]" in serve.log() for pid in successors),
+             what="the new API process to serve (its SIGTERM handler set)", timeout=120, workers=(serve,))  # fmt: skip
     for _ in range(10):
         assert httpx.get(f"{serve.url}/v1/jobs", timeout=30).status_code == 200
     assert requests_counted(serve, "/v1/jobs") == sent + 10  # the dead process's requests still count
