@@ -38,6 +38,7 @@ from service.worker.runners import close_client_models, runner_for
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+
 def default_worker_id() -> str:
     """Host, process and a random suffix: unique even when a pid is reused."""
     return f"{socket.gethostname()[:40]}-{os.getpid()}-{secrets.token_hex(4)}"
