@@ -53,6 +53,11 @@ def _batch_ahead() -> ColumnElement[bool]:
     )  # fmt: skip
 
 
+def any_claimable(session: Session) -> bool:
+    """Whether some job could be claimed now (tenant caps aside): what makes a worker import its runners."""
+    return session.exec(select(Job.id).where(_claimable(database_now(session))).limit(1)).first() is not None
+
+
 def claim_next(
     session: Session, *, worker_id: str, lease_seconds: float, max_running_per_tenant: int, max_attempts: int
 ) -> Job | None:

@@ -2,7 +2,7 @@
 It runs evaluation jobs the same way, under the same hooks (they record only at their end, so an
 interrupted one starts over).
 
-Each job runs as an asyncio task through its kind's runner (service/worker/runners.py, imported with the first job); a
+Each job runs as an asyncio task through its kind's runner (service/worker/runners.py, imported before the first claim); a
 heartbeat renews the leases of the jobs it holds from a thread of its own (a step that keeps the event loop busy does not starve it), and every write of a job renews its lease in the write's own
 transaction (service/runner/control.py). A job stops at its next check (about a second apart inside a warm start, a
 step's rollouts or a validation; an evaluation's rollout), recording nothing, when the worker shuts down (its lease is released, so
@@ -33,7 +33,7 @@ from service.settings import Settings
 from service.store import queue_signal
 from service.store.tables import Job, JobKind
 from service.worker import leases
-from service.worker.runners import close_client_models, runner_for
+from service.worker import runners
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -80,7 +80,7 @@ class Worker:
         watch = asyncio.create_task(queue_signal.watch(self.engine, self._queued))
         try:
             while not stop.is_set():
-                while len(tasks) < concurrency and not stop.is_set() and (job := await self._claim()) is not None:
+                while len(tasks) < concurrency and await self._ready(stop) and (job := await self._claim()) is not None:
                     task = asyncio.create_task(self._train(job, notifier))
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
@@ -94,13 +94,27 @@ class Worker:
                 await asyncio.wait(tasks)
             heartbeat_stopped.set()
             await asyncio.to_thread(heartbeat.join)
-            await close_client_models()
+            await runners.close_client_models()
             await notifier.aclose()
             try:
                 await self._db(leases.stop_worker, worker_id=self.id)
             except SQLAlchemyError as exc:  # its heartbeat just stops, as if it had died
                 log.warning("worker %s cannot record that it stopped: %s", self.id, exc)
             log.info("worker %s stopped", self.id)
+
+    async def _ready(self, stop: asyncio.Event) -> bool:
+        """Whether to try a claim: not stopping, and the runners imported, which the first job that could be claimed
+        starts. A job is claimed only after the import (11-20 s on a slow machine), so its lease never waits on it."""
+        if stop.is_set():
+            return False
+        if runners.loaded():
+            return True
+        try:
+            if not await self._db(leases.any_claimable):
+                return False
+        except SQLAlchemyError:
+            return True  # the claim says why
+        return await runners.load(stop)
 
     async def _claim(self) -> Job | None:
         try:
@@ -146,7 +160,7 @@ class Worker:
             holds_job=lambda session: self._renew_in(session, held),
         )
         try:
-            runner = await runner_for(JobKind(job.kind), should_stop=hooks.should_stop)  # the first imports torch
+            runner = runners.runners()[JobKind(job.kind)]
             ended = await runner(job.id, db=self.engine, data_dir=self.settings.data_dir, settings=self.settings, hooks=hooks)
             reason = ended.stop_reason.value if ended.stop_reason else "-"
             log.info("finished job %s: %s (%s) at step %d", ended.id, ended.status.value, reason, ended.step)

@@ -1,21 +1,18 @@
-"""The runner of each job kind, imported when a worker first takes a job.
+"""The runner of each job kind, imported when a worker first sees a job it could take.
 
 The runners import torch, transformers and ART: 11-12 s of a slow 2-core machine's CPU and 400 MiB of memory. A worker
-imports them with its first job instead of at start, so it polls the queue 1.5 s after it starts (14 s before), and
-one that never gets a job (the second worker of a quiet ``serve``) holds 85 MiB (490 before).
+imports them when the queue first holds a job for it instead of at start, so it polls the queue 1.5 s after it starts
+(14 s before), and one that never gets a job (the second worker of a quiet ``serve``) holds 85 MiB (490 before). It
+imports them before it claims the job, not after: a claimed job's lease would otherwise wait out the import.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
 
-from service.runner.control import JobInterrupted
 from service.runner.finish import Runner
 from service.store.tables import JobKind
-
-STOP_CHECK_S = 0.5  # how often a job waiting for the import asks whether it should stop
 
 
 @functools.cache
@@ -29,23 +26,28 @@ def runners() -> dict[JobKind, Runner]:
     return {JobKind.training: run_job, JobKind.evaluation: run_evaluation, JobKind.client_batch: run_client_batch}
 
 
-async def runner_for(kind: JobKind, *, should_stop: Callable[[], bool]) -> Runner:
-    """The runner of ``kind``, imported on a thread so that the event loop goes on (leases, signals, the queue);
-    ``JobInterrupted`` if the job should stop first: a worker told to stop hands its job back at once, not after
-    the import."""
-    if runners.cache_info().currsize:
-        return runners()[kind]
+def loaded() -> bool:
+    return bool(runners.cache_info().currsize)
+
+
+async def load(stop: asyncio.Event) -> bool:
+    """Import the runners on a thread, so that the event loop goes on (signals, the heartbeat's record); True once
+    they are imported, False if ``stop`` is set first (a worker told to stop exits without waiting for torch)."""
+    if loaded():
+        return True
     loading = asyncio.ensure_future(asyncio.to_thread(runners))
-    while not loading.done():
-        await asyncio.wait({loading}, timeout=STOP_CHECK_S)
-        if not loading.done() and should_stop():
-            raise JobInterrupted("stopped while its runner was imported")
-    return loading.result()[kind]
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({loading, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not loading.done():
+        return False
+    loading.result()  # an import that failed raises here
+    return True
 
 
 async def close_client_models() -> None:
     """Unload the model an ART client's batches kept loaded for their next batch, if a batch ever ran here."""
-    if runners.cache_info().currsize:
+    if loaded():
         from service.art_client.runner import WARM
 
         await WARM.close()

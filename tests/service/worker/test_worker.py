@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -12,7 +13,7 @@ from sqlmodel import Session
 from service.settings import Settings
 from service.store.events import events_after
 from service.store.tables import Job, JobStatus, StopReason, WorkerRecord
-from service.worker import leases
+from service.worker import leases, runners
 from service.worker.runner import Worker
 from tests.databases import sqlite_only
 from tests.service.processes import LEASE_SECONDS
@@ -132,3 +133,15 @@ async def test_an_idle_worker_claims_a_job_as_soon_as_it_is_queued_not_at_its_ne
     finally:
         stop.set()
         await task
+
+
+@pytest.mark.asyncio
+async def test_a_worker_imports_its_runners_when_a_job_waits_and_before_it_claims_it(engine, tmp_path, monkeypatch):
+    monkeypatch.setattr(runners, "runners", functools.cache(runners.runners.__wrapped__))  # this process's: unloaded
+    worker, stop = _worker(engine, tmp_path), asyncio.Event()
+    assert not await worker._ready(stop) and not runners.loaded()  # an empty queue imports nothing
+    job_id = submit(engine, TINY_JOB)
+    assert await worker._ready(stop) and runners.loaded()
+    assert load_job(engine, job_id).status is JobStatus.queued  # imported first; the claim comes after
+    stop.set()
+    assert not await worker._ready(stop)
