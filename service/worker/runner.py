@@ -114,7 +114,11 @@ class Worker:
                 return False
         except SQLAlchemyError:
             return True  # the claim says why
-        return await runners.load(stop)
+        try:
+            return await runners.load(stop)
+        except Exception:  # an installation that cannot train: the worker exits and its supervisor says so
+            log.exception("worker %s cannot import its job runners (torch, transformers, ART)", self.id)
+            raise
 
     async def _claim(self) -> Job | None:
         try:
