@@ -103,7 +103,7 @@ def read_job(database: Path, job_id: str) -> dict[str, Any]:
         steps = [
             {"step": s, "reward_mean": r, "loss": loss, "wall_time_s": w,
              **{k: v for k, v in json.loads(m).items()
-                if k in ("rollout_s", "train_s") or k.startswith("judge")}}  # fmt: skip
+                if k in ("rollout_s", "train_s", "probs_corr", "kl_policy_ref") or k.startswith("judge")}}  # fmt: skip
             for s, r, loss, w, m in db.execute(
                 "select step, reward_mean, loss, wall_time_s, metrics from training_steps where job_id = ? order by step",
                 (job_id,),

@@ -160,3 +160,28 @@ def test_a_bfloat16_base_runs_its_adapters_products_in_bfloat16_when_sampling_an
     with precision.adapter_in_base_dtype(engine.model), precision.adapter_in_base_dtype(engine.model):  # nested
         assert q_proj.cast_input_dtype_enabled is False and torch.is_autocast_enabled("cpu")
     assert q_proj.cast_input_dtype_enabled is True and not torch.is_autocast_enabled("cpu")  # restored after
+
+
+def test_a_bfloat16_steps_probs_corr_is_computed_in_float32(tiny_lm, tmp_path):
+    """ART's loss runs outside the adapter's autocast: under it ``torch.corrcoef`` multiplies in bfloat16, and a
+    step's probs_corr read 1.0 or 0.996 and nothing between (an H200 and the CPUs alike)."""
+    from art import dev
+    from art.loss import shift_tensor
+
+    engine = _engine(tiny_lm, tmp_path / "model", torch.bfloat16)
+    packed = _packed_rows(1, 96, engine.model.config.vocab_size)
+    inputs = {k: v for k, v in packed.items() if isinstance(v, torch.Tensor)}
+    mask = training.packed_attention_mask(inputs["group_ids"], inputs["parent_ids"])
+    engine.model.train()
+    with torch.no_grad(), precision.adapter_in_base_dtype(engine.model):
+        new, _ = training.token_logprobs(engine.model, inputs["tokens"], mask, inputs["input_pos"],
+                                         at=training.read_positions(inputs))  # fmt: skip
+    sampled = ~torch.isnan(shift_tensor(inputs["logprobs"], float("nan")))
+    noisy = new.float() + 0.3 * torch.randn(new.shape, generator=torch.Generator().manual_seed(1))
+    old = torch.where(sampled, noisy, torch.full_like(noisy, float("nan")))
+    packed["logprobs"] = torch.cat([torch.full((1, 1), float("nan")), old[:, :-1]], dim=1)  # as the loss shifts it
+    expected = torch.corrcoef(torch.stack([noisy[sampled].exp(), new.float()[sampled].exp()]))[0, 1].item()
+    assert 0.99 < expected < 0.9995  # between bfloat16's steps below 1 (0.9961 and 1.0)
+    metrics = training.grpo_step(engine.model, engine.optimizer, packed, learning_rate=1e-2,  # type: ignore[arg-type]
+                                 config=dev.TrainConfig(), max_grad_norm=1.0)  # fmt: skip
+    assert metrics["probs_corr"] == pytest.approx(expected, abs=1e-4)

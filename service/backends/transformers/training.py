@@ -208,7 +208,10 @@ def grpo_step(
             new, entropies = token_logprobs(model, inputs["tokens"], mask, inputs["input_pos"], entropy=True, at=read)
             with torch.no_grad(), model.disable_adapter():
                 reference, _ = token_logprobs(model, inputs["tokens"], mask, inputs["input_pos"], at=read)
-            loss = loss_fn(inputs, new, reference, entropies, config)  # type: ignore[arg-type]
+            # ART's loss outside the adapter's autocast, as ART runs it: under it the loss's torch.corrcoef multiplies
+            # in bfloat16, and probs_corr read 1.0 or 0.996, nothing between
+            with torch.autocast(device.type, enabled=False):
+                loss = loss_fn(inputs, new, reference, entropies, config)  # type: ignore[arg-type]
             share = float(inputs["assistant_mask"].sum()) / total  # ART's loss is a mean over the batch's tokens
             (loss.policy_loss * share).backward()
             sums["loss"] += loss.policy_loss.item() * share
