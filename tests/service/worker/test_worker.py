@@ -145,3 +145,17 @@ async def test_a_worker_imports_its_runners_when_a_job_waits_and_before_it_claim
     assert load_job(engine, job_id).status is JobStatus.queued  # imported first; the claim comes after
     stop.set()
     assert not await worker._ready(stop)
+
+
+@pytest.mark.asyncio
+async def test_a_worker_that_cannot_import_its_runners_says_so_and_claims_nothing(engine, tmp_path, monkeypatch, caplog):
+    @functools.cache
+    def broken_install() -> dict:
+        raise ImportError("No module named 'torch'")
+
+    monkeypatch.setattr(runners, "runners", broken_install)
+    job_id = submit(engine, TINY_JOB)
+    with pytest.raises(ImportError):
+        await _worker(engine, tmp_path)._ready(asyncio.Event())
+    assert "cannot import its job runners" in caplog.text and "No module named 'torch'" in caplog.text
+    assert load_job(engine, job_id).status is JobStatus.queued  # left for a worker that can run it
