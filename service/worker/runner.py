@@ -32,8 +32,7 @@ from service.runner.control import JobHooks, JobInterrupted
 from service.settings import Settings
 from service.store import queue_signal
 from service.store.tables import Job, JobKind
-from service.worker import leases
-from service.worker import runners
+from service.worker import leases, runners
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -32,7 +32,8 @@ def loaded() -> bool:
 
 async def load(stop: asyncio.Event) -> bool:
     """Import the runners on a thread, so that the event loop goes on (signals, the heartbeat's record); True once
-    they are imported, False if ``stop`` is set first (a worker told to stop exits without waiting for torch)."""
+    they are imported, False if ``stop`` is set first: the worker then stops claiming at once, holding no job (its
+    process still lets the thread finish the import before it exits)."""
     if loaded():
         return True
     loading = asyncio.ensure_future(asyncio.to_thread(runners))
