@@ -25,9 +25,13 @@ async def complete(
     *,
     max_tokens: int,
     tools: Sequence[dict[str, Any]] | None = None,
+    tool_choice: str | None = None,
 ) -> Choice:
-    """The policy's next turn after ``messages``; ``sampling.max_tokens`` overrides ``max_tokens``."""
+    """The policy's next turn after ``messages``; ``sampling.max_tokens`` overrides ``max_tokens``. ``tool_choice``
+    ``required`` asks for a reply that is tool calls, which a policy server with structured output holds it to."""
     extra: dict[str, Any] = {"tools": list(tools)} if tools else {}
+    if tool_choice is not None:
+        extra["tool_choice"] = tool_choice
     response = await model.openai_client().chat.completions.create(
         model=model.get_inference_name(),
         messages=list(messages),

@@ -46,7 +46,7 @@ def opening(scenario: dict[str, Any], max_turns: int = 6) -> list[dict[str, Any]
 
 class EmailEnvironment(BaseEnvironment):
     name = "email"
-    version = "1.1.0"
+    version = "1.2.0"  # 1.2.0: every reply is asked for as tool calls (tool_choice required)
     scorer_name = SCORER_NAME
     scorer_version = SCORER_VERSION
     scenario_dir = SCENARIO_DIR
@@ -80,7 +80,8 @@ class EmailEnvironment(BaseEnvironment):
         episode = Episode(scenario, self.max_turns)
         trajectory = new_trajectory(messages_and_choices=self.opening(scenario), tools=list(self.tools), reward=0.0)
         while not episode.done:
-            choice = await complete(model, trajectory.messages(), sampling, max_tokens=MAX_TOKENS, tools=self.tools)
+            choice = await complete(model, trajectory.messages(), sampling, max_tokens=MAX_TOKENS, tools=self.tools,
+                                    tool_choice="required")  # fmt: skip
             trajectory.messages_and_choices.append(choice)
             trajectory.messages_and_choices.extend(episode.step(choice.message.tool_calls))
         return self._scored(trajectory, scenario, episode)

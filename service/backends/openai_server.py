@@ -47,6 +47,7 @@ class ChatCompletionRequest(BaseModel):
     top_logprobs: int | None = Field(None, ge=0, le=20)
     tools: list[dict[str, Any]] | None = None  # enables parsing tool calls out of the policy's text
     response_format: dict[str, Any] | None = None  # json_schema or json_object: the reply is held to it
+    tool_choice: str | dict[str, Any] | None = None  # required or a named function: the reply is calls, held to them
 
 
 class ServingError(Exception):

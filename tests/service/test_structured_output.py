@@ -15,7 +15,7 @@ import pytest
 from judges.ruler import SCORE_GRID, apply_scores, exact_verdict_format
 from service.backends.transformers import chat
 from service.backends.transformers.generation import Generator, SamplingRequest
-from service.backends.transformers.structured import ResponseFormatError, grammar_for
+from service.backends.transformers.structured import StructureError, grammar_for
 
 STRING = re.compile(r'"(?:[^"\\]|\\.)*"')  # a JSON string literal
 SCHEMA = {
@@ -101,9 +101,9 @@ def test_a_malformed_or_oversized_schema_is_refused_before_any_model_work(respon
     nested: dict = {"type": "object"}
     for _ in range(3_000):
         nested = {"type": "object", "properties": {"a": nested}, "required": ["a"]}
-    with pytest.raises(ResponseFormatError, match=refusal):
+    with pytest.raises(StructureError, match=refusal):
         grammar_for(response_format)
-    with pytest.raises(ResponseFormatError, match="cannot be followed here"):
+    with pytest.raises(StructureError, match="cannot be followed here"):
         grammar_for({"type": "json_schema", "json_schema": {"schema": nested}})
 
 

@@ -41,6 +41,7 @@ def _teacher_forced(monkeypatch) -> list[str]:
         end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
         samples = []
         for request in requests:
+            assert request.grammar is not None  # the environment asked for calls (tool_choice required)
             prompt = request.prompt_ids
             if "<tool_response>" in self.tokenizer.decode(prompt):  # a tool has answered: the episode's last turn
                 text = ANSWER

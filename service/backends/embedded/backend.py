@@ -31,7 +31,9 @@ FINGERPRINT_BATCHES_AT_ONCE = 16  # batches of a warm start fingerprinted per ca
 
 
 class CharacterChat:
-    """The character policy's chat format: its own renderer, one character per token, its tool-call text."""
+    """The character policy's chat format: its own renderer, one character per token, its tool-call text. Its replies
+    are held to no grammar (``response_format`` and ``tool_choice`` read as free text and ``auto``): a policy trained
+    from scratch writes the convention its warm start taught it, and the reward enforces it."""
 
     def sampling_request(self, request: ChatCompletionRequest, *, max_tokens: int, stop: tuple[str, ...]) -> SamplingRequest:
         return SamplingRequest(

@@ -26,6 +26,8 @@ from typing import Any
 from art.types import Tools
 from pydantic import TypeAdapter
 
+from service.backends.transformers import structured
+
 _HERMES_CHATML = r"""{%- if messages[0].role == 'system' %}{{- '<|im_start|>system\n' + messages[0].content + '\n\n' }}
 {%- else %}{{- '<|im_start|>system\n' }}{%- endif %}
 {{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
@@ -89,6 +91,14 @@ def _rendered_ids(tokenizer: Any, messages: list[dict[str, Any]], tools: list[di
     ids = tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=add_generation_prompt,
                                         tokenize=True)  # fmt: skip
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids)  # a BatchEncoding, or the ids
+
+
+def tool_call_grammar(tool_choice: Any, tools: list[dict[str, Any]] | None) -> str | None:
+    """The grammar ``tool_choice`` holds a reply to, in this convention: each call as the template renders it after
+    the assistant turn's opening (``<tool_call>\n{"name": ...}\n</tool_call>``, calls joined by a newline), so a
+    held reply reads back token for token in the next prompt. StructureError for a choice that cannot be held."""
+    return structured.tool_call_grammar(tool_choice, tools, call_open="<tool_call>\n", call_close="\n</tool_call>",
+                                        joiner="\n")  # fmt: skip
 
 
 def reply_token_ids(tokenizer: Any, message: dict[str, Any], tools: list[dict[str, Any]] | None) -> list[int]:

@@ -1,7 +1,9 @@
-"""Replies held to a JSON schema: OpenAI's ``response_format`` (``json_schema`` or ``json_object``). Every token is
-drawn only from those that keep the reply a prefix of a document the schema accepts, by llguidance's matcher over the
-model's own tokenizer (the engine vLLM and SGLang use for structured output), and the reply ends when the document
-does. A small model asked for JSON (a RULER judge served here) then always answers something a parser reads.
+"""Replies held to a grammar: OpenAI's ``response_format`` (``json_schema`` or ``json_object``), and ``tool_choice``
+(``required`` or a named function: the reply is tool calls whose arguments follow the tools' schemas). Every token is
+drawn only from those that keep the reply a prefix of a text the grammar accepts, by llguidance's matcher over the
+model's own tokenizer (the engine vLLM and SGLang use for structured output), and the reply ends when the text does.
+A small model asked for JSON (a RULER judge served here) then always answers something a parser reads, and an agent
+asked for a call always writes one that parses, as vLLM's guided decoding gives ART's agents on a GPU.
 
 JSON is compact (no whitespace between tokens: a small model otherwise loops on newlines until its token limit).
 A schema is a client's value: compiling it is bounded by llguidance's limits (LIMITS), a grammar past them is refused
@@ -29,6 +31,9 @@ logger = logging.getLogger(__name__)
 LIMITS = {"initial_lexer_fuel": 200_000, "step_lexer_fuel": 100_000, "step_max_items": 20_000,
           "max_lexer_states": 50_000, "max_grammar_size": 50_000, "verbose_errors": False}  # fmt: skip
 COMPACT = {"whitespace_flexible": False}
+# A call's JSON as Python's json.dumps writes it: how a parsed call's arguments come back (chat.reply_token_ids), so a
+# policy warm-started on demonstrations writes under the grammar exactly what it was taught.
+AS_DUMPED = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 COMPILED_KEPT = 8  # grammars a model keeps compiled
 
 
@@ -36,18 +41,19 @@ def _limits() -> llguidance.LLParserLimits:
     return llguidance.LLParserLimits(**LIMITS)
 
 
-class ResponseFormatError(ValueError):
-    """A ``response_format`` this server cannot hold a reply to (the message says what, for a 400)."""
+class StructureError(ValueError):
+    """A ``response_format`` or ``tool_choice`` this server cannot hold a reply to (the message says what, for a
+    400)."""
 
 
 def grammar_for(response_format: Any) -> str | None:
     """The llguidance grammar (its JSON text) ``response_format`` asks for; None for free text (absent, or
-    ``{"type": "text"}``). ResponseFormatError for a malformed one, or a schema llguidance cannot compile within
+    ``{"type": "text"}``). StructureError for a malformed one, or a schema llguidance cannot compile within
     LIMITS."""
     if response_format is None:
         return None
     if not isinstance(response_format, dict):
-        raise ResponseFormatError("response_format: an object is expected")
+        raise StructureError("response_format: an object is expected")
     kind = response_format.get("type")
     if kind == "text":
         return None
@@ -57,16 +63,65 @@ def grammar_for(response_format: Any) -> str | None:
         spec = response_format.get("json_schema")
         schema = spec.get("schema") if isinstance(spec, dict) else None
         if not isinstance(schema, dict):
-            raise ResponseFormatError("response_format.json_schema.schema: a JSON schema object is expected")
+            raise StructureError("response_format.json_schema.schema: a JSON schema object is expected")
     else:
-        raise ResponseFormatError("response_format.type: one of text, json_object, json_schema is expected")
+        raise StructureError("response_format.type: one of text, json_object, json_schema is expected")
     try:
         grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=COMPACT)  # type: ignore[arg-type]
     except (ValueError, TypeError) as exc:
-        raise ResponseFormatError(f"response_format: {exc}"[:300]) from None
+        raise StructureError(f"response_format: {exc}"[:300]) from None
+    return _followable(grammar, "response_format")
+
+
+def tool_call_grammar(
+    tool_choice: Any, tools: list[dict[str, Any]] | None, *, call_open: str, call_close: str, joiner: str
+) -> str | None:
+    """The llguidance grammar (its JSON text) ``tool_choice`` asks for over ``tools`` (OpenAI tools, validated): None
+    for free text (absent, or ``auto``); for ``required``, one or more calls of any tool, joined by ``joiner``; for
+    ``{"type": "function", "function": {"name": N}}``, one call of N, as vLLM reads them. A call is ``call_open``, then
+    ``{"name": N, "arguments": A}`` with A held to the tool's parameters schema, then ``call_close``. StructureError
+    for a malformed choice, a tool not in ``tools``, ``none`` (send no tools instead), or schemas past LIMITS."""
+    if tool_choice is None or tool_choice == "auto":
+        return None
+    chosen = _chosen_functions(tool_choice, [tool["function"] for tool in tools or ()])
+    body = {"x-guidance": AS_DUMPED, "anyOf": [
+        {"type": "object", "required": ["name", "arguments"], "additionalProperties": False,
+         "properties": {"name": {"const": f["name"]}, "arguments": f.get("parameters") or {"type": "object"}}}
+        for f in chosen
+    ]}  # fmt: skip
+    more = f"({json.dumps(joiner)} call)*" if tool_choice == "required" else ""
+    lark = (f"start: call {more}\ncall: {json.dumps(call_open)} body {json.dumps(call_close)}\n"
+            f"body: %json {json.dumps(body)}")  # fmt: skip
+    try:
+        grammar = llguidance.LLMatcher.grammar_from_lark(lark)
+    except (ValueError, TypeError) as exc:
+        raise StructureError(f"tool_choice: {exc}"[:300]) from None
+    return _followable(grammar, "tool_choice")
+
+
+def _chosen_functions(tool_choice: Any, functions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The functions a ``required`` or named ``tool_choice`` allows; StructureError for any other choice."""
+    if tool_choice == "required":
+        if not functions:
+            raise StructureError("tool_choice: required, but the request has no tools")
+        return functions
+    named = isinstance(tool_choice, dict) and tool_choice.get("type") == "function"
+    function = tool_choice.get("function") if named else None
+    name = function.get("name") if isinstance(function, dict) else None
+    if not isinstance(name, str):
+        raise StructureError('tool_choice: "auto", "required" or {"type": "function", "function": {"name": ...}} '
+                             "is expected")  # fmt: skip
+    chosen = [f for f in functions if f["name"] == name]
+    if not chosen:
+        raise StructureError(f"tool_choice: the request has no tool named {name[:64]!r}")
+    return chosen
+
+
+def _followable(grammar: str, what: str) -> str:
+    """``grammar``, once llguidance has checked that it compiles within LIMITS; StructureError if not."""
     is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, None, limits=_limits())
     if is_error:
-        raise ResponseFormatError(f"response_format: the schema cannot be followed here: {messages[0]}"[:300])
+        raise StructureError(f"{what}: the schema cannot be followed here: {messages[0]}"[:300])
     return grammar
 
 

@@ -44,8 +44,12 @@ class TemplateChat:
             raise ServingError(400, f"invalid messages: {type(exc).__name__}: {exc}"[:500], "invalid_request") from None
         try:
             grammar = structured.grammar_for(request.response_format)
-        except structured.ResponseFormatError as exc:
+            calls = chat.tool_call_grammar(request.tool_choice, tools)
+        except structured.StructureError as exc:
             raise ServingError(400, f"invalid request: {exc}", "invalid_request") from None
+        if grammar is not None and calls is not None:
+            raise ServingError(400, "invalid request: a reply cannot be held to both response_format and tool_choice",
+                               "invalid_request")  # fmt: skip
         if self._max_context is not None and len(prompt) + max_tokens > self._max_context:
             raise ServingError(
                 400, f"the prompt is {len(prompt)} tokens and max_tokens {max_tokens}: more than this model's context "
@@ -54,7 +58,7 @@ class TemplateChat:
         return SamplingRequest(
             prompt_ids=tuple(prompt), n=request.n, temperature=request.temperature, top_p=request.top_p,
             max_tokens=max_tokens, stop=stop, seed=request.seed, top_logprobs=request.top_logprobs or 0,
-            grammar=grammar,
+            grammar=grammar or calls,
         )  # fmt: skip
 
     def token_text(self, model: str, token_id: int) -> tuple[str, bytes]:

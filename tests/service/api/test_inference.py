@@ -33,6 +33,7 @@ from tests.service.api import seeding
 pytestmark = sqlite_only
 
 MESSAGES = [{"role": "system", "content": "Reply with `Final: <int>`."}, {"role": "user", "content": "What is 2 + 3?"}]
+ANY_TOOL = {"type": "function", "function": {"name": "f", "parameters": {}}}
 
 
 @pytest.fixture(scope="module")
@@ -208,9 +209,11 @@ def test_requests_past_their_bounds_are_bad_requests_in_openais_envelope(live_se
     job_id = trained_job(engine, settings, owner, adapter)
     api = client(live_server, key)
     too_many_tools = [{"type": "function", "function": {"name": f"f{i}", "parameters": {}}} for i in range(33)]
+    # tool_choice: required without tools, none (send no tools), a function not among the tools
     for extra in ({"n": 9}, {"max_tokens": 513}, {"max_completion_tokens": 513}, {"temperature": 2.5}, {"top_p": 0},
                   {"stop": ["a", "b", "c", "d", "e"]}, {"tools": too_many_tools}, {"tools": [{"type": "function"}]},
-                  {"stream": "yes"},
+                  {"stream": "yes"}, {"tool_choice": "required"}, {"tool_choice": "none", "tools": [ANY_TOOL]},
+                  {"tool_choice": {"type": "function", "function": {"name": "g"}}, "tools": [ANY_TOOL]},
                   {"messages": []}, {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
                   {"messages": [{"role": "user", "content": "hello " * 2500}]}):  # fmt: skip
         arguments = {"model": job_id, "messages": MESSAGES, "max_tokens": 2} | extra
@@ -431,3 +434,22 @@ def test_a_base_model_the_operator_serves_answers_anyone_by_name_held_to_a_json_
     for model in ("SmolLM2-135M-Instruct", str(tiny_lm), "local-judge@1"):
         with pytest.raises(openai.NotFoundError):
             api.chat.completions.create(model=model, messages=MESSAGES, max_tokens=1)
+
+
+def test_tool_choice_required_answers_the_openai_client_with_calls_of_its_tools(
+    app, live_server, engine, settings, owned, tiny_lm
+):
+    """An ART agent's request on a served model: with ``tool_choice="required"`` a random model's every reply is a call
+    of one of the tools, its arguments within the tool's schema, read back by the client as ``tool_calls``."""
+    app.state.settings = settings.model_copy(update={"served_base_models": [f"agent={tiny_lm}"]})
+    _, key = owned
+    schema = {"type": "object", "properties": {"city": {"enum": ["Oslo", "Lima"]}}, "required": ["city"],
+              "additionalProperties": False}  # fmt: skip
+    tools = [{"type": "function", "function": {"name": "weather", "parameters": schema}}]
+    reply = client(live_server, key).chat.completions.create(
+        model="agent", messages=MESSAGES, max_tokens=60, n=3, seed=2, tools=tools, tool_choice="required",
+    )  # fmt: skip
+    for choice in reply.choices:
+        assert choice.finish_reason == "tool_calls" and choice.message.tool_calls, choice.message
+        for call in choice.message.tool_calls:
+            assert call.function.name == "weather" and json.loads(call.function.arguments)["city"] in ("Oslo", "Lima")
