@@ -117,8 +117,24 @@ def read_job(database: Path, job_id: str) -> dict[str, Any]:
             "select step, reward, messages, details from trajectories where job_id = ? and split = 'val' and id in "
             "(select min(id) from trajectories where job_id = ? and split = 'val' group by step) order by step",
             (job_id, job_id))]  # fmt: skip
+        kept = db.execute("select step, details from trajectories where job_id = ? and split = 'val'", (job_id,))
+        episode_metrics = mean_metrics((step, json.loads(details).get("metrics") or {}) for step, details in kept)
     return {"validation": points, "steps": steps, "examples": examples, "manifest": manifest, "alerts": alerts,
-            "episodes": episodes}
+            "episodes": episodes, "episode_metrics": episode_metrics}
+
+
+def mean_metrics(kept: Any) -> dict[str, dict[str, float]]:
+    """Each validation point's stored episodes, their numeric metrics averaged (an agent's: searches, emails read,
+    the sources among them, invalid calls): where between the question and the answer a policy goes wrong."""
+    sums: dict[int, dict[str, float]] = {}
+    counts: dict[int, int] = {}
+    for step, metrics in kept:
+        counts[step] = counts.get(step, 0) + 1
+        for name, value in metrics.items():
+            if isinstance(value, (int, float)):
+                sums.setdefault(step, {})[name] = sums.get(step, {}).get(name, 0.0) + float(value)
+    return {str(step): {"episodes": counts[step], **{k: round(v / counts[step], 3) for k, v in sums.get(step, {}).items()}}
+            for step in sorted(counts)}  # fmt: skip
 
 
 def gate(result: dict[str, Any]) -> dict[str, Any]:
@@ -170,6 +186,8 @@ def main() -> None:
     for p in points:
         outcomes = ", ".join(f"{k} {v}" for k, v in p["outcomes"].items())
         print(f"| {p['step']} | {p['accuracy']:.3f} | {p['greedy_accuracy']:.3f} | {outcomes} |")
+    for step, metrics in result["episode_metrics"].items():
+        print(f"stored val episodes at step {step}: {json.dumps(metrics)}")
     print(f"\ngate, step {summary['best_step']} against step 0: {json.dumps(result['gate'])}")
 
 

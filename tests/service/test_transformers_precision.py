@@ -129,7 +129,7 @@ def test_packed_rows_trained_in_one_pass_step_as_they_do_one_row_at_a_time(tiny_
         engine = _engine(tiny_lm, tmp_path / f"model-{budget}", torch.float32)
         packed = _packed_rows(4, 96, engine.model.config.vocab_size)
         monkeypatch.setattr(training, "TRAIN_BATCH_TOKENS", budget)
-        assert len(training.micro_batches(4, 96)) == (4 if budget == 1 else 1)
+        assert len(training.micro_batches(packed["tokens"], packed["input_pos"])) == (4 if budget == 1 else 1)
         metrics = training.grpo_step(engine.model, engine.optimizer, packed, learning_rate=1e-2,  # type: ignore[arg-type]
                                      config=dev.TrainConfig(), max_grad_norm=1.0)  # fmt: skip
         adapter = {n: p.detach().clone() for n, p in engine.model.named_parameters() if p.requires_grad}

@@ -34,10 +34,21 @@ def grouped_sdpa_attention(
     dropout: float = 0.0,
     scaling: float | None = None,
     is_causal: bool | None = None,
+    keep_prefix: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None,
+    shared_prefix: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None,
     **_: Any,
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention-function contract: query ``[b, heads, q, d]``, key/value ``[b, kv_heads, k, d]``; the
-    output ``[b, q, heads, d]``. Query head ``h`` reads KV head ``h // n_rep``, as ``repeat_kv`` lays them out."""
+    output ``[b, q, heads, d]``. Query head ``h`` reads KV head ``h // n_rep``, as ``repeat_kv`` lays them out.
+
+    ``keep_prefix`` keeps each layer's keys and values (the first call's: a checkpoint's recompute keeps none);
+    ``shared_prefix`` lays a kept layer's before this call's own, for every row (shared_prefix.py)."""
+    if keep_prefix is not None:
+        keep_prefix.setdefault(module.layer_idx, (key, value))
+    if shared_prefix is not None:
+        kept_key, kept_value = shared_prefix[module.layer_idx]
+        key = torch.cat([kept_key.expand(key.shape[0], -1, -1, -1), key], dim=2)
+        value = torch.cat([kept_value.expand(value.shape[0], -1, -1, -1), value], dim=2)
     batch, heads, q_len, dim = query.shape
     kv_heads = key.shape[1]
     n_rep = heads // kv_heads

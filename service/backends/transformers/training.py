@@ -25,7 +25,7 @@ from openai.types.chat import ChatCompletionMessage, ChatCompletionTokenLogprob
 from openai.types.chat.chat_completion import Choice, ChoiceLogprobs
 
 from environments.prompts import is_example
-from service.backends.transformers import chat
+from service.backends.transformers import chat, shared_prefix
 from service.backends.transformers.precision import adapter_in_base_dtype
 
 LOGPROB_CHUNK = 256  # positions whose vocabulary logits exist at once
@@ -35,6 +35,9 @@ LOGPROB_CHUNK = 256  # positions whose vocabulary logits exist at once
 # backward grows with its rows (the head's float32 log-softmax at every read position, above all): a pass of 4 rows
 # peaked 0.56 GiB above a row at a time (measured once), and the main job's peak RSS is within 0.3 GiB of 3 GiB.
 TRAIN_BATCH_TOKENS = 1024
+# Rows that open alike count their opening once (shared_prefix.py). An agent's rows hold a few hundred read positions
+# each (the head's float32 log-softmax, what a pass holds most of for its backward), where a math row's are most.
+SHARED_BATCH_TOKENS = 4096
 SFT_PACK_TOKENS = 2048  # a packed warm-start row; attention over a dense mask grows with its square
 
 
@@ -94,15 +97,24 @@ def read_positions(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 def _hidden(model: torch.nn.Module, tokens: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The backbone's last hidden states; an opening every row holds alike is computed once (shared_prefix.py)."""
     with adapter_in_base_dtype(model):
+        if shared_prefix.applies(model) and (length := shared_prefix.shared_length(tokens, positions, mask)):
+            return shared_prefix.hidden_states(_backbone(model), tokens, mask, positions, length)
         return _backbone(model)(
             input_ids=tokens.clamp(min=0), attention_mask=mask.unsqueeze(1), position_ids=positions, use_cache=False
         ).last_hidden_state
 
 
-def micro_batches(rows: int, width: int) -> list[slice]:
-    """The packed rows (each ``width`` tokens) in runs of at most TRAIN_BATCH_TOKENS tokens, one row at least."""
-    per = max(1, TRAIN_BATCH_TOKENS // max(width, 1))
+def micro_batches(tokens: torch.Tensor, positions: torch.Tensor) -> list[slice]:
+    """The packed rows in runs of at most TRAIN_BATCH_TOKENS tokens, one row at least; rows that open alike (an agent's
+    episodes) in runs of at most SHARED_BATCH_TOKENS computed positions, their opening counted once a run."""
+    rows, width = tokens.shape
+    shared = shared_prefix.alike_length(tokens, positions)
+    if shared >= shared_prefix.MIN_SHARED:
+        per = max(1, (SHARED_BATCH_TOKENS - shared) // (width - shared))
+    else:
+        per = max(1, TRAIN_BATCH_TOKENS // max(width, 1))
     return [slice(start, min(start + per, rows)) for start in range(0, rows, per)]
 
 
@@ -195,13 +207,13 @@ def grpo_step(
     mean over all of them), then one optimizer step. Reports loss, entropy, KL to the reference (the adapter
     disabled) and the gradient norm."""
     device = next(model.parameters()).device
-    rows, width = packed["tokens"].shape
+    rows = packed["tokens"].shape[0]
     total = float(packed["assistant_mask"].sum()) or 1.0
     sums = {"loss": 0.0, "entropy": 0.0, "kl_policy_ref": 0.0, "probs_corr": 0.0}
     optimizer.zero_grad(set_to_none=True)
     model.train()
     with adapter_in_base_dtype(model):  # the backward recomputes checkpointed layers under the forward's rule
-        for batch in micro_batches(rows, width):
+        for batch in micro_batches(packed["tokens"], packed["input_pos"]):
             inputs = {k: v[batch].to(device) for k, v in packed.items() if isinstance(v, torch.Tensor)}
             mask = packed_attention_mask(inputs["group_ids"], inputs["parent_ids"])
             read = read_positions(inputs)
@@ -313,7 +325,7 @@ def sft_step(
     model.train()
     loss_sum = 0.0
     with adapter_in_base_dtype(model):  # the backward recomputes checkpointed layers under the forward's rule
-        for batch in micro_batches(*targets.shape):
+        for batch in micro_batches(packed["tokens"], packed["input_pos"]):
             inputs = {k: v[batch].to(device) for k, v in packed.items() if isinstance(v, torch.Tensor)}
             mask = packed_attention_mask(inputs["group_ids"], inputs["parent_ids"])
             trained = targets[batch].to(device)
