@@ -13,6 +13,7 @@ trainer computes them.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections import OrderedDict
@@ -90,8 +91,14 @@ def tool_call_grammar(
         for f in chosen
     ]}  # fmt: skip
     more = f"({json.dumps(joiner)} call)*" if tool_choice == "required" else ""
-    lark = (f"start: call {more}\ncall: {json.dumps(call_open)} body {json.dumps(call_close)}\n"
-            f"body: %json {json.dumps(body)}")  # fmt: skip
+    return _lark_grammar(f"start: call {more}\ncall: {json.dumps(call_open)} body {json.dumps(call_close)}\n"
+                         f"body: %json {json.dumps(body)}")  # fmt: skip
+
+
+@functools.lru_cache(maxsize=COMPILED_KEPT)
+def _lark_grammar(lark: str) -> str:
+    """``lark`` compiled and checked (about 8 ms for the email tools): an agent sends the same tools turn after turn, so
+    the last few are kept. A refusal is not kept."""
     try:
         grammar = llguidance.LLMatcher.grammar_from_lark(lark)
     except (ValueError, TypeError) as exc:
