@@ -133,8 +133,8 @@ def mean_metrics(kept: Any) -> dict[str, dict[str, float]]:
         for name, value in metrics.items():
             if isinstance(value, (int, float)):
                 sums.setdefault(step, {})[name] = sums.get(step, {}).get(name, 0.0) + float(value)
-    return {str(step): {"episodes": counts[step], **{k: round(v / counts[step], 3) for k, v in sums.get(step, {}).items()}}
-            for step in sorted(counts)}  # fmt: skip
+    return {str(step): {"episodes": n, **{k: round(v / n, 3) for k, v in sums.get(step, {}).items()}}
+            for step, n in sorted(counts.items())}  # fmt: skip
 
 
 def gate(result: dict[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,8 @@ from service.backends.transformers.template_chat import TemplateChat
 
 PICK = {"type": "function", "function": {"name": "pick", "parameters": {
     "type": "object", "required": ["colour"], "additionalProperties": False,
-    "properties": {"colour": {"enum": ["red", "green", "blue"]}, "count": {"type": "integer", "minimum": 0, "maximum": 9}},
+    "properties": {"colour": {"enum": ["red", "green", "blue"]},
+                   "count": {"type": "integer", "minimum": 0, "maximum": 9}},
 }}}  # fmt: skip
 NOTE = {"type": "function", "function": {"name": "note", "parameters": {
     "type": "object", "required": ["text"], "additionalProperties": False,
