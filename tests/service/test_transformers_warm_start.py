@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from environments.email.env import EmailEnvironment
-from service.backends.transformers import chat, training
+from service.backends.transformers import chat, shared_prefix, training
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,9 @@ def test_packed_demonstrations_hold_their_opening_once_and_score_as_each_would_a
     rows = training.sft_rows(tokenizer, _demos(3))
     packed = training.pack_sft(rows)
     opening, packed_rows = rows[0].prompt_length, packed["tokens"].shape[0]
-    assert opening > 300 and packed_rows < len(rows)  # the system prompt and tools, once a packed row
+    assert opening > 300 and packed_rows <= len(rows)  # the system prompt and tools, once a packed row
+    # every packed row opens alike, so a training pass computes the opening once for all of them (shared_prefix.py)
+    assert shared_prefix.alike_length(packed["tokens"], packed["input_pos"]) >= opening
     held = int((packed["group_ids"] != -1).sum())
     assert held == sum(len(r.token_ids) for r in rows) - (len(rows) - packed_rows) * opening
 

@@ -38,7 +38,6 @@ TRAIN_BATCH_TOKENS = 1024
 # Rows that open alike count their opening once (shared_prefix.py). An agent's rows hold a few hundred read positions
 # each (the head's float32 log-softmax, what a pass holds most of for its backward), where a math row's are most.
 SHARED_BATCH_TOKENS = 4096
-SFT_PACK_TOKENS = 2048  # a packed warm-start row; attention over a dense mask grows with its square
 
 
 def packed_attention_mask(group_ids: torch.Tensor, parent_ids: torch.Tensor) -> torch.Tensor:
@@ -292,12 +291,15 @@ def pack_sft(rows: list[TokenizedResult]) -> PackedTensors:
     about half its tokens) held once a packed row and continued by each row's own tokens, as ART packs a group's
     rollouts after their shared prompt. Marked as ART's ``tokenize_trajectory_groups`` marks a group: one token
     short of the common prefix and of any trained token, so every continuation starts on a token it does not train
-    on. A packed row holds SFT_PACK_TOKENS, or the longest row where that is longer (a demonstration is never cut)."""
+    on. A packed row is as wide as the longest demonstration: every packed row then opens alike, and a pass computes
+    that opening once for several rows (shared_prefix.py). Rows of 2,048 held more demonstrations each, but their dense
+    mask cost more than it saved: a 14-demonstration batch took 75.7 s so and 60.0 s this way
+    (bench/warm_start_packing.py)."""
     common = len(list(takewhile(lambda column: len(set(column)) == 1, zip(*(r.token_ids for r in rows)))))
     first_trained = min((r.assistant_mask.index(1) for r in rows if 1 in r.assistant_mask), default=common)
     for row in rows:
         row.prompt_id, row.prompt_length = 0, max(min(common, first_trained) - 1, 0)
-    return pack(rows, seq_len=SFT_PACK_TOKENS)
+    return pack(rows, seq_len=0)
 
 
 def _without_first_spans(mask: list[int], count: int) -> list[int]:
