@@ -1,10 +1,10 @@
 """Benchmark: one warm-start batch of the email agent's demonstrations on SmolLM2-135M-Instruct, three ways: each
 demonstration a row and a pass of its own (``alone``, the warm start before packing); the rows packed with their
-common opening once a 2,048-wide packed row (``packed``, ``training.pack_sft``, what ``sft_step`` does); and each
-demonstration a row, rows that open alike with their opening computed once a pass (``shared``,
-``shared_prefix.py``). Tokens through the model and seconds of forward + backward, the vocabulary head run at the
-trained positions only (``training.trained_logprobs``), as the warm start runs it; ``packed`` and ``shared`` go
-through ``training.micro_batches``, as ``sft_step`` does.
+common opening once a 2,048-wide packed row (``packed``, what ``pack_sft`` did); and packed rows as wide as the
+longest demonstration, every one opening alike, the opening computed once a pass (``shared``, ``training.pack_sft``
+now, with ``shared_prefix.py``). Tokens through the model and seconds of forward + backward, the vocabulary head run
+at the trained positions only (``training.trained_logprobs``), as the warm start runs it; ``packed`` and ``shared``
+go through ``training.micro_batches``, as ``sft_step`` does.
 
     python bench/warm_start_packing.py [--demos 14] [--rounds 3]
 
@@ -52,11 +52,11 @@ def alone(engine: PolicyEngine, rows: list) -> int:
 
 
 def packed(engine: PolicyEngine, rows: list) -> int:
-    return _in_passes(engine, training.pack_sft(rows))
+    return _in_passes(engine, training.pack(rows, seq_len=2048))  # rows marked by pack_sft, packed 2,048 wide
 
 
 def shared(engine: PolicyEngine, rows: list) -> int:
-    return _in_passes(engine, training.pack(rows, seq_len=0))  # one demonstration a row, as wide as the longest
+    return _in_passes(engine, training.pack_sft(rows))  # rows as wide as the longest demonstration
 
 
 def _in_passes(engine: PolicyEngine, tensors: dict) -> int:
@@ -81,6 +81,7 @@ def main() -> None:
         engine.model.train()
         demos = list(EmailEnvironment().demonstrations(seed=0, count=args.demos))
         rows = training.sft_rows(engine.tokenizer, demos)
+        training.pack_sft(rows)  # marks the rows' common opening, as the warm start does (both packed sides read it)
         seconds: dict[str, list[float]] = {"alone": [], "packed": [], "shared": []}
         tokens: dict[str, int] = {}
         for _ in range(args.rounds):
