@@ -131,6 +131,17 @@ def test_a_choice_that_cannot_be_held_is_refused_before_any_model_work(lm, extra
     assert refused.value.status == 400 and refusal in refused.value.message, refused.value.message
 
 
+def test_tools_nested_past_pythons_stack_are_refused_not_a_crash():
+    from service.backends.transformers.structured import StructureError
+
+    for depth in (3_000,):
+        deep: dict = {"type": "object"}
+        for _ in range(depth):
+            deep = {"type": "object", "properties": {"a": deep}, "required": ["a"]}
+        with pytest.raises(StructureError, match="tool_choice"):
+            chat.tool_call_grammar("required", [{"type": "function", "function": {"name": "f", "parameters": deep}}])
+
+
 def test_auto_and_absent_leave_the_reply_free(lm):
     _, tokenizer = lm
     for tool_choice in (None, "auto"):

@@ -1,5 +1,5 @@
 """Training rows that open alike, their opening computed once. An agent's RL rows are its episodes, one a row, and
-every episode of a step opens with the same system prompt and tools (email: about 830 of an episode's 1,200-1,400
+every episode of a step opens with the same system prompt and tools (email: 801 of an episode's 1,200-1,570
 tokens; a group's episodes share their question too). Under a causal mask a position's states depend only on the
 positions before it, so where rows agree on their first P tokens (tokens, positions and the mask among them) those
 P positions' states are the same in every row. They are computed once, in one row, keeping each layer's keys and

@@ -91,8 +91,12 @@ def tool_call_grammar(
         for f in chosen
     ]}  # fmt: skip
     more = f"({json.dumps(joiner)} call)*" if tool_choice == "required" else ""
+    try:
+        schema = json.dumps(body)
+    except RecursionError:  # a client's schema nested past Python's stack: refused, as llguidance refuses deep ones
+        raise StructureError("tool_choice: the tools' schemas are nested too deeply") from None
     return _lark_grammar(f"start: call {more}\ncall: {json.dumps(call_open)} body {json.dumps(call_close)}\n"
-                         f"body: %json {json.dumps(body)}")  # fmt: skip
+                         f"body: %json {schema}")  # fmt: skip
 
 
 @functools.lru_cache(maxsize=COMPILED_KEPT)
