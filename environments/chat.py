@@ -26,12 +26,16 @@ async def complete(
     max_tokens: int,
     tools: Sequence[dict[str, Any]] | None = None,
     tool_choice: str | None = None,
+    parallel_tool_calls: bool | None = None,
 ) -> Choice:
     """The policy's next turn after ``messages``; ``sampling.max_tokens`` overrides ``max_tokens``. ``tool_choice``
-    ``required`` asks for a reply that is tool calls, which a policy server with structured output holds it to."""
+    ``required`` asks for a reply that is tool calls, which a policy server with structured output holds it to;
+    ``parallel_tool_calls`` False, to one call."""
     extra: dict[str, Any] = {"tools": list(tools)} if tools else {}
     if tool_choice is not None:
         extra["tool_choice"] = tool_choice
+    if parallel_tool_calls is not None:
+        extra["parallel_tool_calls"] = parallel_tool_calls
     response = await model.openai_client().chat.completions.create(
         model=model.get_inference_name(),
         messages=list(messages),

@@ -24,7 +24,7 @@ from environments.prompts import system
 if TYPE_CHECKING:  # annotations only: ART is imported at the first trajectory (environments.base.new_trajectory)
     import art
 
-MAX_TOKENS = 96  # per turn: room for the longest tool call the demonstrations make
+MAX_TOKENS = 128  # per turn: the teacher's longest call is 58 tokens; a call held to the tools' schemas ends well within it
 
 SYSTEM_PROMPT = (
     "Answer the user's question about their inbox with the tools. search_inbox(keywords) lists up to 5 emails "
@@ -46,7 +46,9 @@ def opening(scenario: dict[str, Any], max_turns: int = 6) -> list[dict[str, Any]
 
 class EmailEnvironment(BaseEnvironment):
     name = "email"
-    version = "1.2.0"  # 1.2.0: every reply is asked for as tool calls (tool_choice required)
+    # 1.2.0: every reply is asked for as tool calls (tool_choice required); 1.3.0: as one call, its arguments held to
+    # tighter schemas (message ids by their pattern, strings that end within a reply's MAX_TOKENS)
+    version = "1.3.0"
     scorer_name = SCORER_NAME
     scorer_version = SCORER_VERSION
     scenario_dir = SCENARIO_DIR
@@ -81,7 +83,7 @@ class EmailEnvironment(BaseEnvironment):
         trajectory = new_trajectory(messages_and_choices=self.opening(scenario), tools=list(self.tools), reward=0.0)
         while not episode.done:
             choice = await complete(model, trajectory.messages(), sampling, max_tokens=MAX_TOKENS, tools=self.tools,
-                                    tool_choice="required")  # fmt: skip
+                                    tool_choice="required", parallel_tool_calls=False)  # fmt: skip
             trajectory.messages_and_choices.append(choice)
             trajectory.messages_and_choices.extend(episode.step(choice.message.tool_calls))
         return self._scored(trajectory, scenario, episode)

@@ -17,6 +17,7 @@ from typing import Any
 # the package is a folder on disk, as in the checkout the generator writes to.
 SCENARIO_DIR = files("environments.email") / "data"
 MESSAGES_FILE = "messages.jsonl"
+MESSAGE_ID_PATTERN = r"^[a-z][0-9]{3}$"  # how the corpus names a message: its inbox's letter and a number (a042)
 
 
 def field_value(body: str, label: str) -> str | None:

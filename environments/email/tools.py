@@ -3,6 +3,10 @@
 Replies are as short as they can be while still carrying what a searcher needs: one line per
 hit (``a042 2024-03-02 trips@skyair.com Flight to Oslo``), a message as a header line, its
 subject and its body. The default policy pays a token for every character it reads.
+
+The arguments' schemas say what a good call looks like, as tight as the corpus allows (ids by their pattern, short
+strings, a few sources): a policy held to them by the sampler (``tool_choice``) cannot write a query where an id
+goes, nor a string that runs on past its reply's token limit.
 """
 
 from __future__ import annotations
@@ -13,12 +17,17 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field
 
+from environments.email.facts import MESSAGE_ID_PATTERN
 from environments.email.search import MAX_HITS, Index, SearchError, default_index
-from environments.email.verifier import MAX_ANSWER_CHARS, MAX_ID_CHARS, MAX_SOURCE_IDS
 from environments.tools import Tool, ToolArguments, ToolBox, ToolError
 
 NO_RESULTS = "no results"
 ANSWERED = "ok"
+# The corpus's longest are 27 (keywords) and 12 (answers) characters; a question has at most 2 source emails.
+MAX_KEYWORDS_CHARS = 60
+MAX_ADDRESS_CHARS = 40
+MAX_TOOL_ANSWER_CHARS = 60
+MAX_CITED = 4
 
 
 def _real_day(value: str) -> str:
@@ -30,22 +39,25 @@ Day = Annotated[str, Field(pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"), AfterValida
 
 
 class SearchArgs(ToolArguments):
-    keywords: str = Field(min_length=1, max_length=200, description="words that must all appear")
-    from_: str | None = Field(None, alias="from", max_length=100, description="part of the sender address")
-    to: str | None = Field(None, max_length=100, description="part of the recipient address")
+    keywords: str = Field(min_length=1, max_length=MAX_KEYWORDS_CHARS, description="words that must all appear")
+    from_: str | None = Field(
+        None, alias="from", max_length=MAX_ADDRESS_CHARS, description="part of the sender address"
+    )
+    to: str | None = Field(None, max_length=MAX_ADDRESS_CHARS, description="part of the recipient address")
     sent_after: Day | None = Field(None, description="sent on or after, YYYY-MM-DD")
     sent_before: Day | None = Field(None, description="sent before, YYYY-MM-DD")
 
 
+MessageId = Annotated[str, Field(pattern=MESSAGE_ID_PATTERN)]
+
+
 class ReadArgs(ToolArguments):
-    message_id: str = Field(min_length=1, max_length=MAX_ID_CHARS)
+    message_id: MessageId = Field(description="an id from the search results")
 
 
 class AnswerArgs(ToolArguments):
-    answer: str = Field(max_length=MAX_ANSWER_CHARS, description="the short answer")
-    source_ids: list[Annotated[str, Field(max_length=MAX_ID_CHARS)]] = Field(
-        max_length=MAX_SOURCE_IDS, description="ids of the emails the answer is from"
-    )
+    answer: str = Field(max_length=MAX_TOOL_ANSWER_CHARS, description="the short answer")
+    source_ids: list[MessageId] = Field(max_length=MAX_CITED, description="ids of the emails the answer is from")
 
 
 @dataclass

@@ -48,6 +48,7 @@ class ChatCompletionRequest(BaseModel):
     tools: list[dict[str, Any]] | None = None  # enables parsing tool calls out of the policy's text
     response_format: dict[str, Any] | None = None  # json_schema or json_object: the reply is held to it
     tool_choice: str | dict[str, Any] | None = None  # required or a named function: the reply is calls, held to them
+    parallel_tool_calls: bool | None = None  # false: a held reply is one call (OpenAI's default is true)
 
 
 class ServingError(Exception):

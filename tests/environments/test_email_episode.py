@@ -37,7 +37,8 @@ BAD_CALLS = [
     ("search_inbox", '{"keywords": 5}'),  # wrong type
     ("search_inbox", '{"query": "flight"}'),  # wrong field
     ("read_email", '{"message_id": ["a001"]}'),
-    ("read_email", '{"message_id": "zz99"}'),  # unknown message
+    ("read_email", '{"message_id": "z999"}'),  # unknown message
+    ("read_email", '{"message_id": "flight Krakow"}'),  # a query where an id goes
     ("search_inbox", json.dumps({"keywords": "x" * 100_000})),  # 100 KB
     ("search_inbox", '{"keywords": "*"}'),  # no word left
     ("search_inbox", '{"keywords": "flight", "sent_after": "2024-02-30"}'),
@@ -170,6 +171,28 @@ def test_tool_specs_are_valid_openai_tools(env):
     assert names == ["search_inbox", "read_email", "return_final_answer"]
     search = env.tools[0]["function"]["parameters"]["properties"]
     assert set(search) == {"keywords", "from", "to", "sent_after", "sent_before"}
+
+
+def test_the_tools_schemas_hold_every_message_id_and_every_teacher_call(env):
+    """The schemas are as tight as the corpus allows and no tighter: every message's id has the id pattern, and every
+    call of 200 teacher episodes (slips included) validates against its tool's parameters."""
+    import jsonschema
+
+    from environments.email.facts import MESSAGES_FILE, SCENARIO_DIR
+
+    schemas = {spec["function"]["name"]: spec["function"]["parameters"] for spec in env.tools}
+    id_schema = schemas["read_email"]["properties"]["message_id"]
+    ids = [json.loads(line)["id"] for line in (SCENARIO_DIR / MESSAGES_FILE).read_text().splitlines()]
+    assert len(ids) > 1000
+    for message_id in ids:
+        jsonschema.validate(message_id, id_schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate("flight Krakow", id_schema)
+    calls = [call["function"] for demo in env.demonstrations(seed=2, count=200) for message in demo.messages()
+             for call in message.get("tool_calls") or []]  # fmt: skip
+    assert {call["name"] for call in calls} == set(schemas) and len(calls) > 600
+    for call in calls:
+        jsonschema.validate(json.loads(call["arguments"]), schemas[call["name"]])
 
 
 @pytest.mark.asyncio

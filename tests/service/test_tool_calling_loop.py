@@ -16,8 +16,9 @@ import pytest
 import torch
 from sqlmodel import Session, select
 
+from environments.email import EmailEnvironment
 from service.backends.openai_server import Sample
-from service.backends.transformers import training
+from service.backends.transformers import chat, training
 from service.backends.transformers.engine import PolicyEngine
 from service.runner.control import JobHooks
 from service.spec import JobSpec
@@ -27,6 +28,8 @@ from service.store.tables import BASE_STEP, JobStatus, SampledTrajectory, StopRe
 
 SEARCH = '<tool_call>\n{"name": "search_inbox", "arguments": {"keywords": "meeting"}}\n</tool_call>'
 MALFORMED = '<tool_call>\n{"name": "search_inbox", "arguments": {"keywords": </tool_call>'
+# what the environment asks for: every reply one call of its tools (tool_choice required, parallel_tool_calls false)
+ONE_CALL = chat.tool_call_grammar("required", chat.tools_as_trained(list(EmailEnvironment.tools)), False)
 ANSWER = '<tool_call>\n{"name": "return_final_answer", "arguments": {"answer": "no idea", "source_ids": []}}\n</tool_call>'
 
 
@@ -41,7 +44,7 @@ def _teacher_forced(monkeypatch) -> list[str]:
         end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
         samples = []
         for request in requests:
-            assert request.grammar is not None  # the environment asked for calls (tool_choice required)
+            assert request.grammar == ONE_CALL
             prompt = request.prompt_ids
             if "<tool_response>" in self.tokenizer.decode(prompt):  # a tool has answered: the episode's last turn
                 text = ANSWER

@@ -11,7 +11,7 @@ import json
 import jsonschema
 import pytest
 
-from environments.email.env import EmailEnvironment
+from environments.email.env import MAX_TOKENS, EmailEnvironment
 from service.backends.openai_server import ChatCompletionRequest, ServingError
 from service.backends.transformers import chat
 from service.backends.transformers.generation import Generator, SamplingRequest
@@ -72,6 +72,23 @@ def test_every_reply_under_required_is_calls_of_the_tools_with_valid_arguments(l
     assert all(sample.logprobs[0] < -1.0 for sample in samples)
 
 
+def test_parallel_tool_calls_false_holds_a_required_reply_to_one_call(lm):
+    model, tokenizer = lm
+    guide = Guide(tokenizer, vocab_size=len(tokenizer), end_token_ids=chat.end_token_ids(tokenizer))
+    two = '<tool_call>\n{"name": "note", "arguments": {"text": "a"}}\n</tool_call>\n' * 2
+    for parallel, accepted in ((None, True), (True, True), (False, False)):
+        matcher = guide.matcher(chat.tool_call_grammar("required", TOOLS, parallel))
+        for token in tokenizer.encode(two.rstrip("\n"), add_special_tokens=False):
+            matcher.advance(token)
+        assert matcher.failed is not accepted, parallel
+    request = ChatCompletionRequest(model="m", messages=MESSAGES, tools=[PICK, NOTE], tool_choice="required",
+                                    parallel_tool_calls=False, n=16, seed=4)  # fmt: skip
+    sampling = TemplateChat(lambda _: tokenizer).sampling_request(request, max_tokens=120, stop=())
+    [samples] = Generator(model, tokenizer, end_token_ids=chat.end_token_ids(tokenizer)).generate([sampling])
+    for sample in samples:
+        assert sample.finish_reason == "stop" and len(_calls(sample)) == 1, sample.text
+
+
 def test_a_named_function_gets_exactly_one_call_of_it(lm):
     for sample in _replies(lm, {"type": "function", "function": {"name": "note"}}, n=4):
         [call] = _calls(sample)
@@ -92,12 +109,12 @@ def test_a_held_call_reads_back_as_the_template_renders_it(lm):
 
 def test_the_email_teachers_replies_are_what_the_grammar_allows(lm):
     """Every reply of 20 of the teacher's episodes, as a warm start trains on it, is a text the email environment's
-    ``required`` grammar accepts, to its end token."""
+    grammar (``required``, one call a reply) accepts, to its end token, well within its token limit."""
     _, tokenizer = lm
     environment = EmailEnvironment()
     tools = chat.tools_as_trained(list(environment.tools))
     guide = Guide(tokenizer, vocab_size=len(tokenizer), end_token_ids=chat.end_token_ids(tokenizer))
-    grammar = chat.tool_call_grammar("required", tools)
+    grammar = chat.tool_call_grammar("required", tools, parallel_tool_calls=False)
     replies = [message for demo in environment.demonstrations(seed=0, count=20) for message in demo.messages()
                if message["role"] == "assistant"]  # fmt: skip
     assert len(replies) >= 60
@@ -108,6 +125,7 @@ def test_the_email_teachers_replies_are_what_the_grammar_allows(lm):
             assert not matcher.failed, tokenizer.decode(ids)
             matcher.advance(token)
         assert not matcher.failed, tokenizer.decode(ids)
+        assert len(ids) <= MAX_TOKENS // 2
 
 
 @pytest.mark.parametrize(

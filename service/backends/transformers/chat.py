@@ -93,12 +93,14 @@ def _rendered_ids(tokenizer: Any, messages: list[dict[str, Any]], tools: list[di
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids)  # a BatchEncoding, or the ids
 
 
-def tool_call_grammar(tool_choice: Any, tools: list[dict[str, Any]] | None) -> str | None:
+def tool_call_grammar(
+    tool_choice: Any, tools: list[dict[str, Any]] | None, parallel_tool_calls: bool | None = None
+) -> str | None:
     """The grammar ``tool_choice`` holds a reply to, in this convention: each call as the template renders it after
     the assistant turn's opening (``<tool_call>\n{"name": ...}\n</tool_call>``, calls joined by a newline), so a
     held reply reads back token for token in the next prompt. StructureError for a choice that cannot be held."""
     return structured.tool_call_grammar(tool_choice, tools, call_open="<tool_call>\n", call_close="\n</tool_call>",
-                                        joiner="\n")  # fmt: skip
+                                        joiner="\n", parallel_tool_calls=parallel_tool_calls)  # fmt: skip
 
 
 def reply_token_ids(tokenizer: Any, message: dict[str, Any], tools: list[dict[str, Any]] | None) -> list[int]:

@@ -75,11 +75,18 @@ def grammar_for(response_format: Any) -> str | None:
 
 
 def tool_call_grammar(
-    tool_choice: Any, tools: list[dict[str, Any]] | None, *, call_open: str, call_close: str, joiner: str
+    tool_choice: Any,
+    tools: list[dict[str, Any]] | None,
+    *,
+    call_open: str,
+    call_close: str,
+    joiner: str,
+    parallel_tool_calls: bool | None = None,
 ) -> str | None:
     """The llguidance grammar (its JSON text) ``tool_choice`` asks for over ``tools`` (OpenAI tools, validated): None
-    for free text (absent, or ``auto``); for ``required``, one or more calls of any tool, joined by ``joiner``; for
-    ``{"type": "function", "function": {"name": N}}``, one call of N, as vLLM reads them. A call is ``call_open``, then
+    for free text (absent, or ``auto``); for ``required``, one or more calls of any tool, joined by ``joiner`` (one
+    call when ``parallel_tool_calls`` is False, as OpenAI reads it); for ``{"type": "function", "function": {"name":
+    N}}``, one call of N, as vLLM reads them. A call is ``call_open``, then
     ``{"name": N, "arguments": A}`` with A held to the tool's parameters schema, then ``call_close``. StructureError
     for a malformed choice, a tool not in ``tools``, ``none`` (send no tools instead), or schemas past LIMITS."""
     if tool_choice is None or tool_choice == "auto":
@@ -90,7 +97,9 @@ def tool_call_grammar(
          "properties": {"name": {"const": f["name"]}, "arguments": f.get("parameters") or {"type": "object"}}}
         for f in chosen
     ]}  # fmt: skip
-    more = f"({json.dumps(joiner)} call)*" if tool_choice == "required" else ""
+    if parallel_tool_calls not in (None, True, False):
+        raise StructureError("parallel_tool_calls: true or false is expected")
+    more = f"({json.dumps(joiner)} call)*" if tool_choice == "required" and parallel_tool_calls is not False else ""
     try:
         schema = json.dumps(body)
     except RecursionError:  # a client's schema nested past Python's stack: refused, as llguidance refuses deep ones

@@ -44,7 +44,7 @@ class TemplateChat:
             raise ServingError(400, f"invalid messages: {type(exc).__name__}: {exc}"[:500], "invalid_request") from None
         try:
             grammar = structured.grammar_for(request.response_format)
-            calls = chat.tool_call_grammar(request.tool_choice, tools)
+            calls = chat.tool_call_grammar(request.tool_choice, tools, request.parallel_tool_calls)
         except structured.StructureError as exc:
             raise ServingError(400, f"invalid request: {exc}", "invalid_request") from None
         if grammar is not None and calls is not None:
