@@ -92,10 +92,11 @@ async def chat_completions(
     """An OpenAI `chat.completion` from a checkpoint of one of your jobs (transformers backend): `n`, `temperature`,
     `top_p`, `max_tokens`, `stop`, `seed`, `logprobs` (tokens named `token_id:N`), `top_logprobs`, `tools`
     (Hermes tool calls returned as `tool_calls`), `tool_choice` (`auto`, `required` or a named function: the reply is
-    held to calls of the tools, their arguments to the tools' schemas) and `response_format` (`json_schema` or
-    `json_object`: the reply is held to the schema as it is sampled). A base model the operator serves (ARTSVC_SERVED_BASE_MODELS) is named by its
-    name. Without `max_tokens`, up to ARTSVC_INFERENCE_MAX_TOKENS. `stream`:
-    the completion as server-sent `chat.completion.chunk` events ending in `[DONE]`, once it is sampled."""
+    held to calls of the tools, their arguments to the tools' schemas; with `parallel_tool_calls: false`, to one
+    call) and `response_format` (`json_schema` or `json_object`: the reply is held to the schema as it is sampled).
+    A base model the operator serves (ARTSVC_SERVED_BASE_MODELS) is named by its name. Without `max_tokens`, up to
+    ARTSVC_INFERENCE_MAX_TOKENS. `stream`: the completion as server-sent `chat.completion.chunk` events ending in
+    `[DONE]`, once it is sampled."""
     limit = settings.inference_max_tokens
     for name in ("max_tokens", "max_completion_tokens"):
         if (value := getattr(body, name)) is not None and value > limit:
