@@ -76,7 +76,8 @@ class TransformersBackend(InProcessBackend):
     async def _prepare_backend_for_training(
         self, model: art.TrainableModel, config: dev.OpenAIServerConfig | None = None
     ) -> tuple[str, str]:
-        return await self._serve(self._generate, TemplateChat(lambda name: self._engine_for(name).tokenizer))
+        return await self._serve(self._generate, TemplateChat(lambda name: self._engine_for(name).tokenizer,
+                                                              replies_for=lambda name: self._engine_for(name).replies))
 
     async def _grpo(
         self, engine: PolicyEngine, groups: list[art.TrajectoryGroup], *, learning_rate: float, config: dev.TrainConfig,

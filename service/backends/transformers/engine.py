@@ -23,6 +23,7 @@ from service.backends.transformers import attention, chat, training
 from service.backends.transformers.generation import Generator, SamplingRequest
 from service.backends.transformers.models import load_tokenizer
 from service.backends.transformers.precision import resolve
+from service.backends.transformers.sampled_replies import SampledReplies
 
 OPTIMIZER_FILE = "optimizer.pt"
 
@@ -82,6 +83,7 @@ class PolicyEngine:
         else:
             self.save_checkpoint()
         self.sampler = Generator(self.model, self.tokenizer, end_token_ids=chat.end_token_ids(self.tokenizer))
+        self.replies = SampledReplies()  # an episode's turns as they were drawn
         self._loaded_steps: list[int] = []  # older adapters loaded beside "default", most recent last
         self._version = 0  # bumped whenever the trained adapter's weights change: the sampler's cached states expire
 
@@ -130,7 +132,14 @@ class PolicyEngine:
     # -- sampling -----------------------------------------------------------------------------
 
     def generate(self, requests: list[SamplingRequest], step: int | None = None) -> list[list[Sample]]:
-        """Samples from the current adapter, or from an older step's (loaded beside it)."""
+        """Samples from the current adapter, or from an older step's (loaded beside it), remembered as drawn."""
+        drawn = self._generate(requests, step)
+        for request, samples in zip(requests, drawn):
+            for sample in samples:
+                self.replies.remember(request.prompt_ids, sample.text, sample.token_ids)
+        return drawn
+
+    def _generate(self, requests: list[SamplingRequest], step: int | None) -> list[list[Sample]]:
         if step is None or step == self.step:
             return self.sampler.generate(requests, weights=("default", self._version))
         name = f"step-{step}"

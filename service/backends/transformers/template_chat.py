@@ -11,6 +11,7 @@ from service.backends.openai_server import ChatCompletionRequest, ServingError
 from service.backends.transformers import chat, structured
 from service.backends.transformers.generation import SamplingRequest
 from service.backends.transformers.literal_prompt import ControlTokenInText, render_literal_prompt
+from service.backends.transformers.sampled_replies import SampledReplies
 
 
 class TemplateChat:
@@ -18,12 +19,18 @@ class TemplateChat:
 
     With ``max_context``, a prompt whose tokens plus ``max_tokens`` pass it is refused (400) instead of sampled past
     the model's positions. With ``literal_text`` (the API's serving path) the caller's strings are tokenized as text,
-    never as control tokens (literal_prompt.py); the training policy server keeps ART's tokenisation."""
+    never as control tokens (literal_prompt.py); the training policy server keeps ART's tokenisation, and with
+    ``replies_for`` writes the replies its sampler drew back into a prompt as drawn (sampled_replies.py)."""
 
     def __init__(
-        self, tokenizer_for: Callable[[str], Any], *, max_context: int | None = None, literal_text: bool = False
+        self,
+        tokenizer_for: Callable[[str], Any],
+        *,
+        max_context: int | None = None,
+        literal_text: bool = False,
+        replies_for: Callable[[str], SampledReplies] | None = None,
     ) -> None:
-        self._tokenizer_for, self._max_context = tokenizer_for, max_context
+        self._tokenizer_for, self._max_context, self._replies_for = tokenizer_for, max_context, replies_for
         self._render = render_literal_prompt if literal_text else chat.render_prompt
 
     def sampling_request(
@@ -42,6 +49,8 @@ class TemplateChat:
             raise ServingError(400, f"invalid messages: {exc}", "invalid_request") from None
         except Exception as exc:  # a message the template cannot render (a missing field, a wrong type)
             raise ServingError(400, f"invalid messages: {type(exc).__name__}: {exc}"[:500], "invalid_request") from None
+        if self._replies_for is not None:
+            prompt = self._replies_for(request.model).splice(tokenizer, prompt, request.messages, tools)
         try:
             grammar = structured.grammar_for(request.response_format)
             calls = chat.tool_call_grammar(request.tool_choice, tools, request.parallel_tool_calls)
