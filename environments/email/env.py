@@ -24,7 +24,7 @@ from environments.prompts import system
 if TYPE_CHECKING:  # annotations only: ART is imported at the first trajectory (environments.base.new_trajectory)
     import art
 
-MAX_TOKENS = 128  # per turn: the teacher's longest call is 58 tokens; a call held to the tools' schemas ends well within it
+MAX_TOKENS = 128  # per turn: the teacher's longest call is 58 tokens; a call held to the tools' schemas ends within it
 
 SYSTEM_PROMPT = (
     "Answer the user's question about their inbox with the tools. search_inbox(keywords) lists up to 5 emails "
