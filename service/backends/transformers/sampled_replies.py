@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Iterable
 from typing import Any
 
 from service.backends.transformers import chat
