@@ -32,6 +32,11 @@ def checkpoint_dir(model_dir: Path, step: int) -> Path:
     return model_dir / "checkpoints" / f"{step:04d}"
 
 
+def reference_dir(model_dir: Path) -> Path:
+    """The transformers backend's KL reference adapter: the warm start, kept apart from the steps' checkpoints."""
+    return model_dir / "reference"
+
+
 def checkpoint_steps(model_dir: Path) -> list[int]:
     """Steps with a finished checkpoint, oldest first (a directory or an embedded ``.pt`` file)."""
     folder = model_dir / "checkpoints"

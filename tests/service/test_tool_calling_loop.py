@@ -102,6 +102,9 @@ async def test_tool_calls_go_through_the_whole_loop_on_the_tiny_model(tmp_path, 
     assert set(written) == {SEARCH, MALFORMED, ANSWER}
     # the group held a valid search and a malformed call: its rewards differ, so the step trained on the calls
     assert step.metrics["trainable_groups"] == 1 and math.isfinite(step.loss) and step.loss != 0.0
+    # its KL is to the warm start, where RL began, and the first step's policy is that very adapter: 0 (to the base
+    # model, after this warm start's one small optimizer step, it was 3e-7)
+    assert step.kl is not None and step.kl < 1e-9, step.kl
     # every reply of the four episodes was trained on (about 70 tokens each), none cut off behind the long opening
     assert step.metrics["trained_tokens"] >= 4 * 60, step.metrics
     assert len({round(t.reward, 6) for t in train}) == 2

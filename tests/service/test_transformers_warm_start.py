@@ -116,3 +116,31 @@ def test_packed_demonstrations_hold_their_opening_once_and_score_as_each_would_a
     assert together.keys() == alone.keys() and len(alone) == 3
     for reply, values in alone.items():
         assert together[reply] == pytest.approx(values, abs=1e-5)
+
+
+def test_the_warm_start_becomes_the_kl_reference_and_a_restarted_engine_loads_it_again(tiny_lm, tmp_path):
+    from service.backends.transformers.engine import LoraSettings, PolicyEngine
+
+    engine = PolicyEngine(tmp_path / "model", tiny_lm, lora=LoraSettings(rank=8))
+    assert engine.reference is None  # no warm start: the KL is to the base model
+    demos = _demos(2)
+    rows = training.sft_rows(engine.tokenizer, demos)
+    with training.reference_policy(engine.model, None):
+        base = _demos_nll(engine, rows)
+    engine.sft_step(demos, learning_rate=3e-3)
+    engine.finish_sft()
+    warm = _demos_nll(engine, rows)
+    engine.sft_step(demos, learning_rate=3e-3)  # the policy moves on, as RL moves it
+    engine.save_checkpoint()
+    with training.reference_policy(engine.model, engine.reference):
+        assert _demos_nll(engine, rows) == pytest.approx(warm, abs=1e-6)
+    assert _demos_nll(engine, rows) < warm < base
+    # a checkpoint holds the trained adapter alone, not the reference beside it
+    assert not (tmp_path / "model" / "checkpoints" / "0000" / engine.reference).exists()
+
+    again = PolicyEngine(tmp_path / "model", tiny_lm, lora=LoraSettings(rank=8))
+    with training.reference_policy(again.model, again.reference):
+        assert _demos_nll(again, rows) == pytest.approx(warm, abs=1e-6)
+    assert _demos_nll(again, rows) == pytest.approx(_demos_nll(engine, rows), abs=1e-6)
+    assert [p for p in again.model.parameters() if p.requires_grad] and all(
+        "default" in name for name, p in again.model.named_parameters() if p.requires_grad)

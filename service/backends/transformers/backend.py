@@ -87,8 +87,7 @@ class TransformersBackend(InProcessBackend):
                                scale_rewards=scale_rewards, max_tokens=self.max_sequence_tokens)  # fmt: skip
 
     async def _sft(self, engine: PolicyEngine, batches: SftBatches) -> AsyncIterator[dict[str, float]]:
-        """Fine-tune on each batch's assistant turns; the result becomes step 0. The KL reference stays the base model
-        (the adapter disabled)."""
+        """Fine-tune on each batch's assistant turns; the result becomes step 0 and the KL reference (engine.py)."""
         for batch, rate in batches:
             yield await self._run(engine.sft_step, batch, rate)
         await self._run(engine.finish_sft)

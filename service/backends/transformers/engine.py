@@ -26,6 +26,7 @@ from service.backends.transformers.precision import resolve
 from service.backends.transformers.sampled_replies import SampledReplies
 
 OPTIMIZER_FILE = "optimizer.pt"
+REFERENCE = "reference"  # the KL reference's adapter name
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ class PolicyEngine:
                 self.optimizer.load_state_dict(torch.load(state, map_location=self.device, weights_only=True))
         else:
             self.save_checkpoint()
+        self.reference = self._load_reference()
         self.sampler = Generator(self.model, self.tokenizer, end_token_ids=chat.end_token_ids(self.tokenizer))
         self.replies = SampledReplies()  # an episode's turns as they were drawn
         self._loaded_steps: list[int] = []  # older adapters loaded beside "default", most recent last
@@ -93,12 +95,17 @@ class PolicyEngine:
         return layout.checkpoint_steps(self.model_dir)
 
     def save_checkpoint(self) -> None:
-        target = layout.checkpoint_dir(self.model_dir, self.step)
+        self._save_adapter(layout.checkpoint_dir(self.model_dir, self.step), with_optimizer=True)
+
+    def _save_adapter(self, target: Path, *, with_optimizer: bool) -> None:
+        """The trained adapter (not the reference or an older step's loaded beside it) to ``target``, whole or not at
+        all."""
         tmp = target.with_name(f".{target.name}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save_pretrained(str(tmp))
+        self.model.save_pretrained(str(tmp), selected_adapters=["default"])
         self.tokenizer.save_pretrained(str(tmp))
-        torch.save(self.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+        if with_optimizer:
+            torch.save(self.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
         shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)
 
@@ -110,6 +117,18 @@ class PolicyEngine:
                 shutil.rmtree(layout.checkpoint_dir(self.model_dir, step), ignore_errors=True)
         if self.step not in keep and (left := self.steps()):
             self._load_into_default(left[-1])
+
+    def _load_reference(self) -> str | None:
+        """The KL reference's adapter, loaded beside "default": the warm start where the model had one (RL's KL is
+        to where RL began, as the embedded backend's is); None, the base model, otherwise."""
+        folder = layout.reference_dir(self.model_dir)
+        if not folder.is_dir():
+            return None
+        if REFERENCE in self.model.peft_config:
+            self.model.delete_adapter(REFERENCE)
+        self.model.load_adapter(str(folder), adapter_name=REFERENCE)
+        self.model.set_adapter("default")  # the trained adapter stays the active, trainable one
+        return REFERENCE
 
     def _load_into_default(self, step: int) -> None:
         from peft import set_peft_model_state_dict
@@ -167,7 +186,7 @@ class PolicyEngine:
                                    advantage_balance=float(config.get("advantage_balance", 0.0)))  # fmt: skip
             self._weights_change()
             metrics |= training.grpo_step(self.model, self.optimizer, packed, learning_rate=learning_rate, config=config,
-                                          max_grad_norm=self.lora.max_grad_norm)  # fmt: skip
+                                          max_grad_norm=self.lora.max_grad_norm, reference=self.reference)  # fmt: skip
         self.step += 1
         self.save_checkpoint()
         return metrics
@@ -180,6 +199,8 @@ class PolicyEngine:
         return training.sft_step(self.model, self.optimizer, rows, learning_rate=learning_rate, max_grad_norm=self.lora.max_grad_norm)
 
     def finish_sft(self) -> None:
-        """The warm start becomes step 0; its optimizer state does not carry into RL."""
+        """The warm start becomes step 0 and the KL reference; its optimizer state does not carry into RL."""
         self.optimizer.state.clear()
         self.save_checkpoint()
+        self._save_adapter(layout.reference_dir(self.model_dir), with_optimizer=False)
+        self.reference = self._load_reference()

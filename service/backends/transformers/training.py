@@ -11,6 +11,8 @@ logprobs, and the optimizer step. SFT rows come from the same tokeniser with ``a
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from itertools import takewhile
 from typing import Any
 
@@ -201,10 +203,11 @@ def grpo_step(
     learning_rate: float,
     config: dev.TrainConfig,
     max_grad_norm: float,
+    reference: str | None = None,
 ) -> dict[str, float]:
     """Accumulate ART's loss over the packed rows (weighted by their assistant tokens, so the step's loss is the
-    mean over all of them), then one optimizer step. Reports loss, entropy, KL to the reference (the adapter
-    disabled) and the gradient norm."""
+    mean over all of them), then one optimizer step. Reports loss, entropy, KL to the reference (the adapter named
+    ``reference``, or the base model with the adapter disabled) and the gradient norm."""
     device = next(model.parameters()).device
     rows = packed["tokens"].shape[0]
     total = float(packed["assistant_mask"].sum()) or 1.0
@@ -217,22 +220,37 @@ def grpo_step(
             mask = packed_attention_mask(inputs["group_ids"], inputs["parent_ids"])
             read = read_positions(inputs)
             new, entropies = token_logprobs(model, inputs["tokens"], mask, inputs["input_pos"], entropy=True, at=read)
-            with torch.no_grad(), model.disable_adapter():
-                reference, _ = token_logprobs(model, inputs["tokens"], mask, inputs["input_pos"], at=read)
+            with torch.no_grad(), reference_policy(model, reference):
+                referenced, _ = token_logprobs(model, inputs["tokens"], mask, inputs["input_pos"], at=read)
             # ART's loss outside the adapter's autocast, as ART runs it: under it the loss's torch.corrcoef multiplies
             # in bfloat16, and probs_corr read 1.0 or 0.996, nothing between
             with torch.autocast(device.type, enabled=False):
-                loss = loss_fn(inputs, new, reference, entropies, config)  # type: ignore[arg-type]
+                loss = loss_fn(inputs, new, referenced, entropies, config)  # type: ignore[arg-type]
             share = float(inputs["assistant_mask"].sum()) / total  # ART's loss is a mean over the batch's tokens
             (loss.policy_loss * share).backward()
             sums["loss"] += loss.policy_loss.item() * share
             sums["entropy"] += float(loss.entropy or 0.0) * share
-            sums["kl_policy_ref"] += _kl(new.detach(), reference, inputs["assistant_mask"]) * share
+            sums["kl_policy_ref"] += _kl(new.detach(), referenced, inputs["assistant_mask"]) * share
             if not math.isnan(corr := loss.probs_corr.item()):
                 sums["probs_corr"] += corr * share
     grad_norm = _step(model, optimizer, learning_rate, max_grad_norm)
     model.eval()
     return {**sums, "grad_norm": grad_norm, "packed_rows": float(rows), "trained_tokens": total}
+
+
+@contextmanager
+def reference_policy(model: Any, adapter: str | None) -> Iterator[None]:
+    """Within it the model computes as the KL reference: the adapter ``adapter`` (then "default" again: PEFT makes
+    the active adapter the trainable one), or the base model."""
+    if adapter is None:
+        with model.disable_adapter():
+            yield
+        return
+    model.set_adapter(adapter)
+    try:
+        yield
+    finally:
+        model.set_adapter("default")
 
 
 def _kl(new: torch.Tensor, reference: torch.Tensor, assistant_mask: torch.Tensor) -> float:
