@@ -4,6 +4,8 @@ under the email grammar, whose replies often split otherwise than their text rea
 
 from __future__ import annotations
 
+import json
+
 import art
 import pytest
 from openai.types.chat.chat_completion import Choice
@@ -43,8 +45,8 @@ def _as_sent(items: list) -> list[dict]:
 
 
 def _reads_back(engine: PolicyEngine, sample, choice: Choice) -> bool:
-    """Whether the reply's calls, rendered, are its text: not so where json.dumps escapes a character the model wrote
-    raw (``é`` as ``\\u00e9``), and such a reply is not found again (left alone, README)."""
+    """Whether the reply's calls, rendered, are its text: not so where the model wrote an escape (``\\u00e9``, ``\\/``)
+    that parsing and writing the arguments back normalise; such a reply is not found again and stays as rendered."""
     message = _as_sent([choice])[0]
     return engine.tokenizer.decode(chat.reply_token_ids(engine.tokenizer, message, list(ENV.tools))[:-1]) == sample.text
 
@@ -91,3 +93,18 @@ def test_a_reply_drawn_in_another_context_is_not_spliced(engine):
     messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"}]
     prompt = chat.render_prompt(engine.tokenizer, messages, None)
     assert replies.splice(engine.tokenizer, prompt, messages, None) == prompt
+
+
+def test_characters_json_would_escape_read_back_as_the_model_wrote_them(engine):
+    text = '<tool_call>\n{"name": "search_inbox", "arguments": {"keywords": "café 接 ῗ"}}\n</tool_call>'
+    [call] = chat.parse_tool_calls(text, call_id_prefix="c").tool_calls
+    assert call["function"]["arguments"] == '{"keywords": "café 接 ῗ"}'
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    assert engine.tokenizer.decode(chat.reply_token_ids(engine.tokenizer, message, list(ENV.tools))[:-1]) == text
+
+
+def test_a_lone_surrogate_stays_escaped_so_that_the_reply_can_be_sent():
+    text = '<tool_call>\n{"name": "search_inbox", "arguments": {"keywords": "\\ud800 café"}}\n</tool_call>'
+    [call] = chat.parse_tool_calls(text, call_id_prefix="c").tool_calls
+    arguments = call["function"]["arguments"]
+    assert arguments.encode("utf-8") and json.loads(arguments) == {"keywords": "\ud800 café"}

@@ -105,7 +105,7 @@ def tool_call_grammar(
 
 def reply_token_ids(tokenizer: Any, message: dict[str, Any], tools: list[dict[str, Any]] | None) -> list[int]:
     """The tokens a policy writes for the assistant ``message``, its end-of-turn token included: its turn as the
-    template renders it, each call's arguments as :func:`parse_tool_calls` gives them back (``json.dumps``), so a
+    template renders it, each call's arguments as :func:`parse_tool_calls` gives them back (:func:`_json_text`), so a
     policy that learns to write them sees its calls in the next turn's prompt exactly as it wrote them."""
     calls = [{**call, "function": {**call["function"], "arguments": _as_parsed(call["function"]["arguments"])}}
              for call in message.get("tool_calls") or []]  # fmt: skip
@@ -126,7 +126,18 @@ def _as_parsed(arguments: Any) -> str:
         value = json.loads(arguments) if isinstance(arguments, str) else arguments
     except ValueError:
         return arguments
-    return json.dumps(value) if isinstance(value, dict) else arguments
+    return _json_text(value) if isinstance(value, dict) else arguments
+
+
+def _json_text(value: Any) -> str:
+    """``value`` as JSON with its characters as a model writes them (``é``, not ``\\u00e9``), so a parsed reply renders
+    back as its text; escaped only where a lone surrogate (``"\\ud800"`` in a reply) could not be encoded as UTF-8."""
+    text = json.dumps(value, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value)
+    return text
 
 
 @dataclass(frozen=True)
@@ -156,6 +167,6 @@ def _call_parts(body: str) -> tuple[str, str]:
         call = None
     if isinstance(call, dict) and isinstance(call.get("name"), str):
         arguments = call.get("arguments", {})
-        return call["name"], arguments if isinstance(arguments, str) else json.dumps(arguments)
+        return call["name"], arguments if isinstance(arguments, str) else _json_text(arguments)
     found = _NAME.search(body)
     return (found.group(1) if found else ""), body
