@@ -1,7 +1,7 @@
 """Benchmark: ``artsvc train --env NAME`` end to end, for any environment.
 
 Runs the job in a fresh data directory (so the warm start is really trained, not cached),
-records wall time and peak memory, reads the validation and step series back from the store,
+records wall time, peak memory and CPU use, reads the validation and step series back from the store,
 and writes ``bench/results/<env>_rl.json`` plus Markdown rows for README's Results.
 
 It also runs the promotion gate (min_delta 0.02) on the best step against step 0, as README's "+8 with ACCEPT"
@@ -57,7 +57,7 @@ VECTOR_UNITS = (("amx_bf16", "AMX-BF16"), ("avx512_bf16", "AVX512-BF16"), ("avx5
 
 
 def train_and_read(env_name: str, seed: int, extra: list[str], *, python: str = sys.executable) -> dict[str, Any]:
-    """Run the job (by ``python``, a venv's interpreter) in a fresh data dir; its command, wall time, peak RSS,
+    """Run the job (by ``python``, a venv's interpreter) in a fresh data dir; its command, wall time, peak RSS, CPU,
     summary, steps and validation points."""
     with tempfile.TemporaryDirectory(prefix="artsvc-bench-") as data_dir:
         env = {k: v for k, v in os.environ.items() if k != "ARTSVC_DATABASE_URL"}
@@ -71,12 +71,14 @@ def train_and_read(env_name: str, seed: int, extra: list[str], *, python: str = 
             sys.exit(f"training failed ({completed.returncode}); its error is above")
         summary = json.loads(completed.stdout.strip().splitlines()[-1])
         stored = read_job(Path(data_dir) / "artsvc.db", summary["id"])
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {
         "machine": machine(),
         "command": " ".join(command[2:]),
         "seed": seed,
         "wall_time_s": round(wall, 1),
-        "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024**2, 2),
+        "peak_rss_gib": round(used.ru_maxrss / 1024**2, 2),
+        "cpu_percent": round(100 * (used.ru_utime + used.ru_stime) / wall),  # of one core: 200 is two cores busy
         "summary": summary,
         **stored,
     }
@@ -173,12 +175,12 @@ def main() -> None:
     summary, points = result["summary"], result["validation"]
     best = next(p for p in points if p["step"] == summary["best_step"])
     step0 = next(p for p in points if p["step"] == 0)  # a warm-started job's base model comes first, at step -1
-    print("| env | step-0 val acc (greedy) | best val acc (greedy) | best step | steps | stop | wall time | peak RSS |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| env | step-0 val acc (greedy) | best val acc (greedy) | best step | steps | stop | wall time | peak RSS | CPU |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     print(
         f"| {args.env} | {step0['accuracy']:.3f} ({step0['greedy_accuracy']:.3f}) | {best['accuracy']:.3f} "
         f"({best['greedy_accuracy']:.3f}) | {summary['best_step']} | {summary['step']} | {summary['stop_reason']} "
-        f"| {result['wall_time_s'] / 60:.1f} min | {result['peak_rss_gib']:.2f} GiB |"
+        f"| {result['wall_time_s'] / 60:.1f} min | {result['peak_rss_gib']:.2f} GiB | {result['cpu_percent']}% |"
     )
     print(f"\n{result['command']}\n{result['machine']}\n")
     print("| step | val acc | greedy | outcomes |")
