@@ -61,7 +61,7 @@ def test_the_math_environment_with_its_splits(client, engine, fresh_catalog):
     assert listed["email"]["pretrained_job"]["validation"] == {"max_examples": 16, "every_n_steps": 2}
     assert listed["2048"]["arguments"] == {"target_tile": 16, "max_turns": None}
     assert listed["email"]["tools"] == ["search_inbox", "read_email", "return_final_answer"]
-    assert listed["email"]["pretrained_warm_start_examples"] == 60
+    assert listed["email"]["pretrained_warm_start_examples"] == 150
     assert listed["email"]["data_fingerprints"]["corpus"].startswith("sha256:")
     assert {"train", "val"} <= set(expected_splits) and all(split["size"] > 0 for split in expected_splits.values())
     assert client.get("/v1/environments").status_code == 401
