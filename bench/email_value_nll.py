@@ -99,7 +99,8 @@ def score(engine, rows) -> dict[str, dict[str, float]]:
                 for kind in kinds:
                     sums[kind][0] += nll
                     sums[kind][1] += 1
-    return {kind: {"tokens": count, "mean_nll": round(total / max(count, 1), 4)} for kind, (total, count) in sums.items()}
+    return {kind: {"tokens": count, "mean_nll": round(total / max(count, 1), 4)}
+            for kind, (total, count) in sums.items()}  # fmt: skip
 
 
 def _spans(mask: list[int]) -> list[tuple[int, int]]:

@@ -175,7 +175,8 @@ def main() -> None:
     summary, points = result["summary"], result["validation"]
     best = next(p for p in points if p["step"] == summary["best_step"])
     step0 = next(p for p in points if p["step"] == 0)  # a warm-started job's base model comes first, at step -1
-    print("| env | step-0 val acc (greedy) | best val acc (greedy) | best step | steps | stop | wall time | peak RSS | CPU |")
+    print("| env | step-0 val acc (greedy) | best val acc (greedy) | best step | steps | stop | wall time | peak RSS "
+          "| CPU |")  # fmt: skip
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     print(
         f"| {args.env} | {step0['accuracy']:.3f} ({step0['greedy_accuracy']:.3f}) | {best['accuracy']:.3f} "
