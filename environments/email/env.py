@@ -54,7 +54,7 @@ class EmailEnvironment(BaseEnvironment):
     scenario_dir = SCENARIO_DIR
     warm_start_examples = 3000
     # At 8 replies an optimizer step. 60 (30 steps, about 5 minutes on a 2-core Zen 4) teach SmolLM2-135M the calls'
-    # form but not their values: greedy val accuracy stayed 0. 150 (75 steps, about 12 minutes there) took it from 0
+    # form but not their values: greedy val accuracy stayed 0. 150 (75 steps, about 13 minutes there) took it from 0
     # to 0.28 on 32 questions, sampled 0.125 (README Results, issue 32): the values are what more demonstrations buy
     pretrained_warm_start_examples = 150
     # A job of a pretrained model on two CPU cores: an episode is up to 6 model calls on a 1,400-token conversation,

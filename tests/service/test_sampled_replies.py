@@ -108,3 +108,14 @@ def test_a_lone_surrogate_stays_escaped_so_that_the_reply_can_be_sent():
     [call] = chat.parse_tool_calls(text, call_id_prefix="c").tool_calls
     arguments = call["function"]["arguments"]
     assert arguments.encode("utf-8") and json.loads(arguments) == {"keywords": "\ud800 café"}
+
+
+
+def test_arguments_nested_past_the_parsers_depth_stay_as_text_for_the_tool_to_refuse(engine):
+    nested = "[" * 100_000 + "]" * 100_000
+    text = f'<tool_call>\n{{"name": "search_inbox", "arguments": {nested}}}\n</tool_call>'
+    [call] = chat.parse_tool_calls(text, call_id_prefix="c").tool_calls
+    assert call["function"]["name"] == "search_inbox" and nested in call["function"]["arguments"]
+    sent = {"id": "c_0", "type": "function", "function": {"name": "search_inbox", "arguments": nested}}
+    message = {"role": "assistant", "content": None, "tool_calls": [sent]}
+    assert nested in engine.tokenizer.decode(chat.reply_token_ids(engine.tokenizer, message, list(ENV.tools)))

@@ -124,9 +124,9 @@ def _as_parsed(arguments: Any) -> str:
     """A call's arguments as the JSON text a parsed reply carries; text that is not a JSON object stays as it is."""
     try:
         value = json.loads(arguments) if isinstance(arguments, str) else arguments
-    except ValueError:
+        return _json_text(value) if isinstance(value, dict) else arguments
+    except (ValueError, RecursionError):  # not JSON, or nested past what the parser recurses into
         return arguments
-    return _json_text(value) if isinstance(value, dict) else arguments
 
 
 def _json_text(value: Any) -> str:
@@ -163,10 +163,10 @@ def _call_parts(body: str) -> tuple[str, str]:
     """The call's name and its arguments as a JSON string; broken JSON keeps its text for the tool to refuse."""
     try:
         call = json.loads(body)
-    except ValueError:
-        call = None
-    if isinstance(call, dict) and isinstance(call.get("name"), str):
-        arguments = call.get("arguments", {})
-        return call["name"], arguments if isinstance(arguments, str) else _json_text(arguments)
+        if isinstance(call, dict) and isinstance(call.get("name"), str):
+            arguments = call.get("arguments", {})
+            return call["name"], arguments if isinstance(arguments, str) else _json_text(arguments)
+    except (ValueError, RecursionError):  # broken, or nested past what the parser recurses into
+        pass
     found = _NAME.search(body)
     return (found.group(1) if found else ""), body
