@@ -119,3 +119,20 @@ def test_arguments_nested_past_the_parsers_depth_stay_as_text_for_the_tool_to_re
     sent = {"id": "c_0", "type": "function", "function": {"name": "search_inbox", "arguments": nested}}
     message = {"role": "assistant", "content": None, "tool_calls": [sent]}
     assert nested in engine.tokenizer.decode(chat.reply_token_ids(engine.tokenizer, message, list(ENV.tools)))
+
+
+def test_splicing_a_prompt_does_not_rebuild_the_vocabulary_for_each_reply(engine, monkeypatch):
+    """A tokenizer's end tokens are looked up once: ``get_vocab()`` builds the whole vocabulary at each call (9-22 ms
+    for SmolLM2), and every request's earlier replies (math's worked examples, an agent's turns) are rendered through
+    them; before, that was half of the main job's event loop, holding the GIL the model thread needs."""
+    tokenizer, built = engine.tokenizer, []
+    vocabulary = tokenizer.get_vocab
+    monkeypatch.setattr(tokenizer, "get_vocab", lambda: built.append(1) or vocabulary())
+    replies = SampledReplies()
+    replies.remember([1, 2, 3], "x", [7, 8, 9])
+    messages = [{"role": "user", "content": "2+2?"}]
+    for answer in range(6):
+        messages += [{"role": "assistant", "content": f"Final: {answer}"}, {"role": "user", "content": "again"}]
+    prompt = chat.render_prompt(tokenizer, messages, None)
+    assert replies.splice(tokenizer, prompt, messages, None) == prompt
+    assert chat.end_token_ids(tokenizer) == engine.sampler.end_token_ids and built == []

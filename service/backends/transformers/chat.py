@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,9 @@ from art.types import Tools
 from pydantic import TypeAdapter
 
 from service.backends.transformers import structured
+
+# each tokenizer's end tokens, as end_token_ids found them
+_END_TOKENS: weakref.WeakKeyDictionary[Any, frozenset[int]] = weakref.WeakKeyDictionary()
 
 _HERMES_CHATML = r"""{%- if messages[0].role == 'system' %}{{- '<|im_start|>system\n' + messages[0].content + '\n\n' }}
 {%- else %}{{- '<|im_start|>system\n' }}{%- endif %}
@@ -63,10 +67,17 @@ def add_tool_support(tokenizer: Any) -> None:
 
 
 def end_token_ids(tokenizer: Any) -> set[int]:
-    """The tokens that end a reply: the tokenizer's end of sequence and the end-of-turn markers of common templates."""
-    vocab = tokenizer.get_vocab()
-    found = {tokenizer.eos_token_id, *(vocab.get(token) for token in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>"))}
-    return {i for i in found if i is not None}
+    """The tokens that end a reply: the tokenizer's end of sequence and the end-of-turn markers of common templates.
+
+    Looked up once per tokenizer: ``get_vocab()`` (and ``len``) build the whole vocabulary anew at each call, 9-22 ms
+    for SmolLM2's 49,152 entries, and every request renders its assistant turns through this
+    (:func:`reply_token_ids`): in the main job that was half of the event loop's time, holding the GIL the model
+    thread needs between its products."""
+    if (held := _END_TOKENS.get(tokenizer)) is None:
+        vocab = tokenizer.get_vocab()
+        found = {tokenizer.eos_token_id, *(vocab.get(token) for token in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>"))}
+        held = _END_TOKENS[tokenizer] = frozenset(i for i in found if i is not None)
+    return set(held)
 
 
 def renders_tools(tokenizer: Any) -> bool:
