@@ -68,3 +68,35 @@ def test_a_packed_row_s_4d_mask_and_its_gradient_match_sdpa():
         grads.append((logits.detach(), model.model.layers[0].self_attn.k_proj.weight.grad.clone()))
     assert torch.allclose(grads[0][0], grads[1][0], atol=1e-5)
     assert torch.allclose(grads[0][1], grads[1][1], atol=1e-5)
+
+
+def test_a_plain_causal_4d_mask_takes_sdpa_s_causal_kernel_and_matches_it():
+    """A shared opening's mask is plain causal: it is run as sdpa's causal kernel, which skips the masked half."""
+    stock, grouped = _pair(3)
+    tokens = torch.randint(0, 97, (2, 10))
+    mask = torch.tril(torch.ones(10, 10, dtype=torch.bool)).expand(2, 1, 10, 10)
+    assert attention._converted(mask, 3, torch.float32) is attention.CAUSAL
+    assert attention._converted(mask[:, :, 1:, :], 3, torch.float32) is not attention.CAUSAL  # not square
+    results = []
+    for model in (stock, grouped):
+        model.train()
+        logits = model(input_ids=tokens, attention_mask=mask, position_ids=torch.arange(10).expand(2, 10)).logits
+        logits.logsumexp(-1).sum().backward()
+        results.append((logits.detach(), model.model.layers[0].self_attn.q_proj.weight.grad.clone()))
+    assert torch.allclose(results[0][0], results[1][0], atol=1e-5)
+    assert torch.allclose(results[0][1], results[1][1], atol=1e-5)
+
+
+def test_a_pass_converts_its_mask_once_not_once_a_layer(monkeypatch):
+    stock, grouped = _pair(3)
+    calls = []
+    convert = attention._converted
+    monkeypatch.setattr(attention, "_converted", lambda *args: calls.append(args[0].shape) or convert(*args))
+    tokens = torch.randint(0, 97, (1, 10))
+    group = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 1, 1, 1]])
+    mask = (torch.tril(torch.ones(10, 10, dtype=torch.bool)) & (group.unsqueeze(2) == group.unsqueeze(1))).unsqueeze(1)
+    with torch.inference_mode():
+        grouped(input_ids=tokens, attention_mask=mask)
+        assert len(calls) == 1 and grouped.config.num_hidden_layers == 2
+        grouped(input_ids=tokens, attention_mask=mask.clone())  # another pass, another mask
+        assert len(calls) == 2

@@ -16,6 +16,7 @@ measured against this here). The mask transformers builds for it is ``sdpa``'s.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -52,17 +53,58 @@ def grouped_sdpa_attention(
     batch, heads, q_len, dim = query.shape
     kv_heads = key.shape[1]
     n_rep = heads // kv_heads
+    k_len = key.shape[2]
     if attention_mask is None and q_len > 1 and (is_causal if is_causal is not None else getattr(module, "is_causal", True)):
-        k_len = key.shape[2]  # the causal mask sdpa would have implied, made explicit: grouped rows keep their positions
-        attention_mask = torch.ones(q_len, k_len, dtype=torch.bool, device=query.device).tril(k_len - q_len)[None, None]
-    if attention_mask is not None and attention_mask.shape[2] > 1:
-        attention_mask = attention_mask.repeat(1, 1, n_rep, 1)  # row rep * q_len + i is query position i's
+        # the causal mask sdpa would have implied, made explicit: grouped rows keep their positions
+        attention_mask = CAUSAL if q_len == k_len else _causal(q_len, k_len, query.device)
+    if attention_mask is not None and attention_mask is not CAUSAL:
+        attention_mask = _as_sdpa_reads(attention_mask, n_rep, query.dtype)
+    if attention_mask is CAUSAL:  # every row plain causal: sdpa's own causal kernel skips the masked half
+        key, value = key.repeat_interleave(n_rep, dim=1), value.repeat_interleave(n_rep, dim=1)
+        out = torch.nn.functional.scaled_dot_product_attention(query, key, value, dropout_p=dropout, scale=scaling,
+                                                               is_causal=True)  # fmt: skip
+        return out.transpose(1, 2).contiguous(), None
     grouped_query = query.reshape(batch, kv_heads, n_rep * q_len, dim)
     out = torch.nn.functional.scaled_dot_product_attention(
         grouped_query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling,
         is_causal=False,
     )  # fmt: skip
     return out.reshape(batch, heads, q_len, dim).transpose(1, 2).contiguous(), None
+
+
+CAUSAL = torch.empty(0)  # stands for a mask that is plain causal, query and key positions alike
+_last: tuple[weakref.ref[torch.Tensor], int, torch.dtype, torch.Tensor] | None = None
+
+
+def _as_sdpa_reads(mask: torch.Tensor, n_rep: int, dtype: torch.dtype) -> torch.Tensor:
+    """``mask`` as sdpa reads it for grouped queries (``_converted``). Every layer of a pass gets the same mask tensor,
+    so it is converted once a pass, not once a layer: a warm-start pass spent 8% of its time converting it (``where``)
+    and repeating it."""
+    global _last
+    last = _last
+    if last is not None and last[0]() is mask and last[1] == n_rep and last[2] == dtype:
+        return last[3]
+    converted = _converted(mask, n_rep, dtype)
+    _last = (weakref.ref(mask), n_rep, dtype, converted)
+    return converted
+
+
+def _converted(mask: torch.Tensor, n_rep: int, dtype: torch.dtype) -> torch.Tensor:
+    """CAUSAL where ``mask`` is square, plain causal and alike in every row; otherwise each query row repeated
+    ``n_rep`` times (row ``rep * q_len + i`` is query position ``i``'s) and, if boolean, made additive in ``dtype``,
+    as sdpa itself would make it (0 where attended, -inf elsewhere)."""
+    q_len, k_len = mask.shape[-2:]
+    if mask.dtype == torch.bool and q_len == k_len > 1 and bool((mask == _causal(q_len, k_len, mask.device)).all()):
+        return CAUSAL
+    grouped = mask.repeat(1, 1, n_rep, 1) if q_len > 1 else mask
+    if grouped.dtype != torch.bool:
+        return grouped
+    return torch.zeros(grouped.shape, dtype=dtype, device=mask.device).masked_fill_(~grouped, float("-inf"))
+
+
+def _causal(q_len: int, k_len: int, device: torch.device) -> torch.Tensor:
+    """The causal mask of ``q_len`` queries that end a sequence of ``k_len`` keys (the last query sees every key)."""
+    return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(k_len - q_len)[None, None]
 
 
 AttentionInterface.register(NAME, grouped_sdpa_attention)
