@@ -144,3 +144,26 @@ def test_the_warm_start_becomes_the_kl_reference_and_a_restarted_engine_loads_it
     assert _demos_nll(again, rows) == pytest.approx(_demos_nll(engine, rows), abs=1e-6)
     assert [p for p in again.model.parameters() if p.requires_grad] and all(
         "default" in name for name, p in again.model.named_parameters() if p.requires_grad)
+
+
+def test_a_warm_start_pass_keeps_its_activations_and_trains_as_one_that_recomputes_them(tiny_lm, tmp_path, monkeypatch):
+    from service.backends.transformers.engine import LoraSettings, PolicyEngine
+
+    engine = PolicyEngine(tmp_path / "model", tiny_lm, lora=LoraSettings(rank=8), dtype=torch.float32)
+    checkpointed = [m for m in engine.model.modules() if getattr(m, "gradient_checkpointing", False) is True]
+    assert checkpointed  # the engine checkpoints; an RL step still does after the warm start (below)
+    recomputable: list[int] = []  # a checkpointed layer's forward goes through its checkpointing function
+    layer = checkpointed[-1]  # a decoder layer
+    checkpoint = layer._gradient_checkpointing_func
+    layer._gradient_checkpointing_func = lambda *args, **kw: recomputable.append(1) or checkpoint(*args, **kw)
+    rows = training.sft_rows(engine.tokenizer, _demos(2))
+    metrics = {}
+    for kept_up_to in (0, training.KEPT_ACTIVATIONS_POSITIONS):  # recomputed, then kept
+        monkeypatch.setattr(training, "KEPT_ACTIVATIONS_POSITIONS", kept_up_to)
+        recomputable.clear()
+        metrics[kept_up_to] = training.sft_step(engine.model, engine.optimizer, rows, learning_rate=0.0,
+                                                max_grad_norm=1e9)  # fmt: skip
+        assert bool(recomputable) is (kept_up_to == 0)  # the opening and the rows after it: two calls, or none
+    recomputed, kept = metrics.values()  # learning rate 0: the same weights both times
+    assert kept["grad_norm"] > 0 and kept == pytest.approx(recomputed, rel=1e-5)
+    assert all(module.gradient_checkpointing for module in checkpointed)

@@ -40,6 +40,13 @@ def alike_length(tokens: torch.Tensor, positions: torch.Tensor) -> int:
     return min(int(alike.int().cumprod(dim=0).sum()), tokens.shape[1] - 1)
 
 
+def computed_positions(tokens: torch.Tensor, positions: torch.Tensor) -> int:
+    """The positions a pass over these rows computes: an opening of at least MIN_SHARED alike in every row, once."""
+    rows, width = tokens.shape
+    shared = alike_length(tokens, positions)
+    return shared + rows * (width - shared) if shared >= MIN_SHARED else rows * width
+
+
 def applies(model: torch.nn.Module) -> bool:
     """Whether the model's attention is the one that reads kept keys and values (the CPU's ``sdpa_grouped``)."""
     return getattr(model.config, "_attn_implementation", None) == attention.NAME
