@@ -15,14 +15,6 @@ shares the cores with the API and other workers, sleeps (``wait_passively``). Ei
 set neither ``OMP_WAIT_POLICY`` nor ``GOMP_SPINCOUNT``, and must run before torch loads (libgomp reads them once).
 They change how threads wait, never what they compute.
 
-Both also keep the memory torch frees for its next tensors (``keep_freed_memory``). torch's CPU tensors come from
-malloc, and glibc gives a large block its own mapping and unmaps it when freed (past a threshold that adapts up to
-32 MiB), and hands the top of its heap back to the kernel once 2x that threshold lies free there. A training pass
-allocates and frees the same large activations, layer after layer, so every one of them was faulted in again, page by
-page: a warm-start batch of two email demonstrations took 74,000-91,000 minor page faults; with both thresholds
-raised, 6,700-11,500, in 0.94 of the time, and no higher peak RSS (SmolLM2-135M, bf16, 2-core AMX Xeon). The
-operator's ``MALLOC_MMAP_THRESHOLD_`` or ``MALLOC_TRIM_THRESHOLD_`` (glibc reads them at start) are kept.
-
 A supervised worker also lowers its priority (``yield_cpu``). A higher niceness only weights the shares, and the
 scheduler may let a running worker thread finish its time slice before the API, woken by a request, gets the core.
 Linux's SCHED_IDLE gives a worker only the CPU time that nothing at normal priority wants, and a task that wakes
@@ -33,15 +25,10 @@ switched every 15 s, seven rounds each, ``bench/worker_cpu_ab.py``), medians ove
 
 from __future__ import annotations
 
-import ctypes
 import os
-import sys
 
 WAIT_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 BRIEF_SPIN = "10000"  # spins of a waiting thread before it sleeps: about a tenth of a millisecond
-MALLOC_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
-KEPT_BLOCK = 256 * 2**20  # bytes: blocks up to this size come from the heap and go back to it, not to the kernel
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (glibc's malloc.h)
 
 
 def _unless_set(name: str, value: str) -> None:
@@ -57,18 +44,6 @@ def wait_passively() -> None:
 def wait_briefly() -> None:
     """Waiting threads spin briefly, then sleep: for a process that has the machine to itself."""
     _unless_set("GOMP_SPINCOUNT", BRIEF_SPIN)
-
-
-def keep_freed_memory() -> bool:
-    """Freed blocks up to KEPT_BLOCK stay in this process for its next allocations, and the heap's free top is handed
-    back to the kernel only past twice that; True if applied. Not where the operator set glibc's own settings, nor where
-    the C library is not glibc (its ``mallopt`` then answers 0 or is missing)."""
-    if any(key in os.environ for key in MALLOC_SETTINGS) or not sys.platform.startswith("linux"):
-        return False
-    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
-    return mallopt is not None and bool(mallopt(_M_MMAP_THRESHOLD, KEPT_BLOCK)) and bool(
-        mallopt(_M_TRIM_THRESHOLD, 2 * KEPT_BLOCK)
-    )
 
 
 def yield_cpu(*, policy: str, nice: int) -> None:

@@ -16,7 +16,7 @@ from sqlmodel import Session
 
 from service import submission
 from service.auth import LOCAL_PRINCIPAL
-from service.cpu import keep_freed_memory, wait_briefly
+from service.cpu import wait_briefly
 from service.settings import Settings, get_settings
 from service.spec import JobSpec
 from service.store import db as store_db
@@ -115,7 +115,6 @@ def train(
 ) -> None:
     """Train a policy on an environment and stop on validation plateau, target or max steps."""
     wait_briefly()  # before torch loads: this process has the machine to itself
-    keep_freed_memory()
     settings = get_settings()
     engine = _open_store(settings)
     with Session(engine, expire_on_commit=False) as session:

@@ -21,7 +21,7 @@ import typer
 from sqlalchemy.engine import Engine
 
 from service.cli.app import app, fail, log_to_stderr
-from service.cpu import keep_freed_memory, wait_passively
+from service.cpu import wait_passively
 from service.settings import Settings, get_settings
 from service.store import db as store_db
 from service.worker.supervisor import settle_as_child, watch_parent
@@ -43,7 +43,6 @@ def worker(
 ) -> None:
     """Train queued jobs until SIGTERM or Ctrl-C (the database must be migrated: `artsvc db upgrade`)."""
     wait_passively()  # before torch loads
-    keep_freed_memory()
     settings = get_settings()
     if supervised_by is not None and not settle_as_child(
         parent=supervised_by, cpu_policy=settings.worker_cpu_policy, nice=settings.worker_nice

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from service.cpu import MALLOC_SETTINGS, WAIT_SETTINGS, yield_cpu
+from service.cpu import WAIT_SETTINGS, yield_cpu
 
 LINUX_ONLY = pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
 
@@ -62,39 +62,3 @@ def test_the_operators_wait_settings_are_kept():
     kept = {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": None}
     assert _waits_after("wait_briefly", OMP_WAIT_POLICY="ACTIVE") == kept
     assert _waits_after("wait_passively", GOMP_SPINCOUNT="500") == {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": "500"}
-
-
-PASSES_OF_VARIED_LENGTHS = """
-import resource, sys, torch, service.cpu as cpu
-applied = cpu.keep_freed_memory() if sys.argv[1] == "keep" else False
-torch.manual_seed(0)
-up, down = torch.randn(576, 1536) / 24, torch.randn(1536, 576) / 40
-faults = []
-for length in [1200, 900, 1500] * 3:  # a training pass's layers over batches of another length each time
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    x, kept = torch.randn(length, 576), []
-    for _ in range(8):
-        kept.append(x @ up)  # what a pass holds for its backward
-        x = x + (torch.nn.functional.silu(kept[-1]) * kept[-1]) @ down
-    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-print(applied, sum(faults[3:]))
-"""
-
-
-def _faults_of_passes(mode: str, **preset: str) -> tuple[bool, int]:
-    """Whether ``keep_freed_memory`` applied in a fresh interpreter, and the minor page faults there of six passes of a
-    layer stack over inputs of varied lengths, after three that warm it up."""
-    env = {key: value for key, value in os.environ.items() if key not in MALLOC_SETTINGS} | preset
-    out = subprocess.run([sys.executable, "-c", PASSES_OF_VARIED_LENGTHS, mode], env=env, check=True,
-                         capture_output=True, text=True).stdout.split()  # fmt: skip
-    return out[0] == "True", int(out[1])
-
-
-@pytest.mark.skipif(not os.confstr("CS_GNU_LIBC_VERSION"), reason="glibc's")
-def test_freed_blocks_are_kept_for_the_next_tensors_not_faulted_in_again():
-    """glibc alone unmaps blocks past its adaptive threshold and refaults them at the next pass: 65,000-90,000 faults
-    here against 0-10,000 with the blocks kept (measured while writing this test)."""
-    applied, kept = _faults_of_passes("keep")
-    assert applied
-    assert _faults_of_passes("default") >= (False, 3 * kept + 5_000)
-    assert _faults_of_passes("keep", MALLOC_TRIM_THRESHOLD_="131072")[0] is False  # the operator's settings kept
