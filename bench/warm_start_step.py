@@ -6,8 +6,7 @@ the warm start's batch) on SmolLM2-135M-Instruct in the backend's precision, wit
 - memory: glibc's own thresholds (``glibc``), or freed blocks up to 256 MiB kept for the next tensors and the heap's
   free top handed back only past 512 MiB (``kept_blocks``, ``mallopt``). glibc unmaps a block past its adaptive
   threshold (at most 32 MiB) when it is freed, so a pass faults its large activations in again, page by page. Tried
-  for the service and not shipped: 5x fewer faults, but no faster step with checkpointing (below, README Results),
-  and the email job's peak RSS rose.
+  for the service and not shipped: 5x fewer faults, but no faster step with checkpointing (README Results).
 
 Each side runs in a process of its own (the allocator's settings are the process's), ``--steps`` steps after an untimed
 one; the sides run in turn, ``--rounds`` times, and only sides of the same round are compared: the report gives each
