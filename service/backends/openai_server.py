@@ -192,7 +192,9 @@ def build_app(generate: Generate, api_key: str, fmt: ChatFormat) -> FastAPI:
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
         return error_response(400, validation_message(exc), "invalid_request")
 
-    def check_key(authorization: Annotated[str | None, Header()] = None) -> None:
+    # async: FastAPI runs a plain ``def`` dependency on a worker thread, a hop through the thread pool (and up to 40
+    # threads) for every request of a rollout batch, for a string comparison
+    async def check_key(authorization: Annotated[str | None, Header()] = None) -> None:
         if not authorization or not secrets.compare_digest(authorization, f"Bearer {api_key}"):
             raise ServingError(401, "missing or wrong API key", "invalid_api_key")
 

@@ -339,3 +339,27 @@ def test_arts_loss_with_the_head_where_it_reads_equals_the_full_head_with_the_sa
     assert only == pytest.approx(full, abs=1e-5) and len(only_grads) == len(full_grads) > 0
     for a, b in zip(only_grads, full_grads):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.asyncio
+async def test_a_request_is_answered_on_the_event_loop_without_a_worker_thread(trained, monkeypatch):
+    """The server's own work per request (its key check, the response) never waits on anyio's thread pool: a rollout
+    batch's 64 concurrent requests once made it start up to 40 threads that hand every request back and forth."""
+    import anyio.to_thread
+
+    _, model = trained
+    hops, run_sync = [], anyio.to_thread.run_sync
+
+    async def counted(func, *args, **kwargs):
+        hops.append(getattr(func, "__name__", repr(func)))
+        return await run_sync(func, *args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    client = model.openai_client()
+    await asyncio.gather(*(client.chat.completions.create(model=model.name, messages=MESSAGES, max_tokens=1, seed=i)
+                           for i in range(8)))  # fmt: skip
+    with pytest.raises(openai.AuthenticationError):
+        await openai.AsyncOpenAI(base_url=str(client.base_url), api_key="wrong").chat.completions.create(
+            model=model.name, messages=MESSAGES, max_tokens=1
+        )
+    assert hops == []
