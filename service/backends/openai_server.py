@@ -195,7 +195,8 @@ def build_app(generate: Generate, api_key: str, fmt: ChatFormat) -> FastAPI:
     # async: FastAPI runs a plain ``def`` dependency on a worker thread, a hop through the thread pool (and up to 40
     # threads) for every request of a rollout batch, for a string comparison
     async def check_key(authorization: Annotated[str | None, Header()] = None) -> None:
-        if not authorization or not secrets.compare_digest(authorization, f"Bearer {api_key}"):
+        # as bytes: a header holding a non-ASCII character made compare_digest raise on str, a 500 for a wrong key
+        if not authorization or not secrets.compare_digest(authorization.encode(), f"Bearer {api_key}".encode()):
             raise ServingError(401, "missing or wrong API key", "invalid_api_key")
 
     @app.post("/v1/chat/completions", dependencies=[Depends(check_key)])

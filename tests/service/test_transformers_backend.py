@@ -8,6 +8,7 @@ import asyncio
 import json
 
 import art
+import httpx
 import openai
 import pytest
 import pytest_asyncio
@@ -344,7 +345,8 @@ def test_arts_loss_with_the_head_where_it_reads_equals_the_full_head_with_the_sa
 @pytest.mark.asyncio
 async def test_a_request_is_answered_on_the_event_loop_without_a_worker_thread(trained, monkeypatch):
     """The server's own work per request (its key check, the response) never waits on anyio's thread pool: a rollout
-    batch's 64 concurrent requests once made it start up to 40 threads that hand every request back and forth."""
+    batch's 64 concurrent requests once made it start up to 40 threads that hand every request back and forth. A
+    key with a non-ASCII byte is refused like any wrong key (it was a 500)."""
     import anyio.to_thread
 
     _, model = trained
@@ -363,3 +365,7 @@ async def test_a_request_is_answered_on_the_event_loop_without_a_worker_thread(t
             model=model.name, messages=MESSAGES, max_tokens=1
         )
     assert hops == []
+    async with httpx.AsyncClient() as http:
+        refused = await http.post(f"{client.base_url}chat/completions", headers={"Authorization": b"Bearer \xe9"},
+                                  json={"model": model.name, "messages": MESSAGES})  # fmt: skip
+    assert refused.status_code == 401  # a header's non-ASCII character is a wrong key, not a server error
