@@ -100,3 +100,27 @@ def test_a_pass_converts_its_mask_once_not_once_a_layer(monkeypatch):
         assert len(calls) == 1 and grouped.config.num_hidden_layers == 2
         grouped(input_ids=tokens, attention_mask=mask.clone())  # another pass, another mask
         assert len(calls) == 2
+
+
+@pytest.mark.parametrize("q_len", [1, 5])
+@pytest.mark.parametrize("masked", [True, False])
+def test_states_every_row_shares_held_once_give_the_attention_over_each_rows_whole_keys(q_len, masked):
+    """``shared_states`` (an opening held once for a batch) is attention over the opening then each row's own keys:
+    sdpa over the two laid end to end, row by row, left padding and a causal mask included."""
+    torch.manual_seed(0)
+    rows, heads, kv_heads, dim, opening, own = 4, 6, 2, 8, 7, 6
+    query = torch.randn(rows, heads, q_len, dim)
+    shared_key, shared_value = torch.randn(1, kv_heads, opening, dim), torch.randn(1, kv_heads, opening, dim)
+    key, value = torch.randn(rows, kv_heads, own, dim), torch.randn(rows, kv_heads, own, dim)
+    mask = torch.ones(rows, 1, q_len, own, dtype=torch.bool).tril(own - q_len)
+    mask[1, :, :, :1] = False  # a row's left padding
+    layer = type("Layer", (), {"layer_idx": 3})()
+    out, _ = attention.grouped_sdpa_attention(layer, query, key, value, mask if masked else None,
+                                              shared_states={3: (shared_key, shared_value)})  # fmt: skip
+    whole = [torch.cat([shared.expand(rows, -1, -1, -1), mine], dim=2).repeat_interleave(heads // kv_heads, dim=1)
+             for shared, mine in ((shared_key, key), (shared_value, value))]  # fmt: skip
+    seen = mask if masked else torch.ones(rows, 1, q_len, own, dtype=torch.bool).tril(own - q_len)
+    seen = torch.cat([torch.ones(rows, 1, q_len, opening, dtype=torch.bool), seen], dim=-1)
+    expected = torch.nn.functional.scaled_dot_product_attention(query, *whole, attn_mask=seen).transpose(1, 2)
+    assert out.shape == expected.shape
+    torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-5)

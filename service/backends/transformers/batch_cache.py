@@ -61,10 +61,14 @@ def growing_cache(layers: list[tuple[torch.Tensor, torch.Tensor]] | None = None)
     return cache
 
 
-def left_padded(bases: list[tuple[int, States | None]], device: torch.device) -> tuple[DynamicCache, torch.Tensor]:
-    """A cache with one row per ``(length, states)``, the first ``length`` of ``states`` right-aligned, and its mask."""
-    width = max(length for length, _ in bases)
-    mask = torch.tensor([[0] * (width - length) + [1] * length for length, _ in bases], dtype=torch.long, device=device)
+def left_padded(
+    bases: list[tuple[int, States | None]], device: torch.device, *, start: int = 0
+) -> tuple[DynamicCache, torch.Tensor]:
+    """A cache with one row per ``(length, states)``, positions ``start`` to ``length`` of ``states`` right-aligned,
+    and its mask (the first ``start`` positions, alike in every row, are held apart: ``shared_states``)."""
+    width = max(length for length, _ in bases) - start
+    mask = torch.tensor([[0] * (width - length + start) + [1] * (length - start) for length, _ in bases],
+                        dtype=torch.long, device=device)  # fmt: skip
     if not width:
         return growing_cache(), mask
     template = next(states for _, states in bases if states is not None).pieces[0][0].kv
@@ -73,10 +77,17 @@ def left_padded(bases: list[tuple[int, States | None]], device: torch.device) ->
         heads, _, dims = keys.shape
         keys, values = (torch.zeros(len(bases), heads, width, dims, dtype=keys.dtype, device=device) for _ in range(2))
         for row, (length, states) in enumerate(bases):
-            if length:
-                states.write(layer, length, keys[row, :, width - length :], values[row, :, width - length :])
+            if length > start:
+                own = width - length + start
+                states.write(layer, length, keys[row, :, own:], values[row, :, own:], start=start)
         layers.append((keys, values))
     return growing_cache(layers), mask
+
+
+def shared_states(states: States, length: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """The first ``length`` positions of ``states``, each layer's ``[1, heads, length, dims]``, as the attention's
+    ``shared_states`` reads them."""
+    return {layer: (keys[None], values[None]) for layer, (keys, values) in enumerate(states.layers(length))}
 
 
 def row_states(cache: DynamicCache, mask: torch.Tensor, row: int, *, start: int = 0) -> KV:

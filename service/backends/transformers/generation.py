@@ -18,9 +18,9 @@ import torch
 from transformers import DynamicCache
 
 from service.backends.openai_server import Sample
-from service.backends.transformers import batch_cache
+from service.backends.transformers import batch_cache, shared_prefix
 from service.backends.transformers.precision import adapter_in_base_dtype
-from service.backends.transformers.prefix_cache import MAX_BYTES, PrefixCache, States
+from service.backends.transformers.prefix_cache import KV, MAX_BYTES, PrefixCache, States
 from service.backends.transformers.structured import Guide, Matcher
 
 
@@ -34,6 +34,32 @@ COMPACT_WHEN_FINISHED = 4
 # [rows, 1, hidden]; ``logits_to_keep=1`` slices it as a strided view, and torch's matmul then multiplies it by a copy
 # of the head's weight made for every row (32 prompts: a 1.8 GB copy and 1.9 s, where the product takes milliseconds).
 LAST_POSITION = torch.tensor([-1])
+
+
+@dataclass(frozen=True)
+class _Opening:
+    """The first ``length`` positions of every row of a batch, their states held once (``states``, as attention.py's
+    ``shared_states`` reads them) instead of in each row's cache; length 0: none."""
+
+    length: int = 0
+    states: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    @classmethod
+    def of(cls, states: States, length: int) -> _Opening:
+        return cls(length, batch_cache.shared_states(states, length))
+
+    @property
+    def kwargs(self) -> dict[str, dict[int, tuple[torch.Tensor, torch.Tensor]]]:
+        """The model call's keywords that hand the attention these states."""
+        return {"shared_states": self.states} if self.states is not None else {}
+
+    def before(self, own: KV, start: int) -> KV:
+        """A row's states from position ``start`` on, given ``own`` (its cache's, from ``max(start, length)`` on)."""
+        if start >= self.length or self.states is None:
+            return own
+        return [(torch.cat([self.states[layer][0][0, :, start:], keys], dim=1),
+                 torch.cat([self.states[layer][1][0, :, start:], values], dim=1))
+                for layer, (keys, values) in enumerate(own)]  # fmt: skip
 
 
 class _Stopped(Exception):
@@ -168,7 +194,7 @@ class Generator:
             for i in range(r.n)
         ]
         try:
-            cache, mask, logits = self._prefill(prompts, should_stop)
+            cache, mask, logits, opening = self._prefill(prompts, len(rows), should_stop)
         except _Stopped:
             return self._samples(requests, rows)
         index = torch.tensor([row.prompt for row in rows], device=self.device)
@@ -181,7 +207,7 @@ class Generator:
             active = [i for i, row in enumerate(live) if not row.done]
             self._emit([live[i] for i in active], logits[active] if len(active) < len(live) else logits)
             if ended := [i for i in active if live[i].done]:
-                self._remember(live, cache, mask, ended)
+                self._remember(live, cache, mask, ended, opening)
             if all(row.done for row in live):
                 break
             if sum(row.done for row in live) * COMPACT_WHEN_FINISHED >= len(live):
@@ -192,39 +218,45 @@ class Generator:
             fed = [(row.sample.token_ids[-1], 1) if not row.done else (0, 0) for row in live]
             tokens = torch.tensor([[token] for token, _ in fed], device=self.device)
             mask = torch.cat([mask, torch.tensor([[seen] for _, seen in fed], dtype=mask.dtype, device=self.device)], dim=1)
-            positions = mask.sum(dim=1, keepdim=True) - 1
-            out = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True)
+            positions = mask.sum(dim=1, keepdim=True) - 1 + opening.length
+            out = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                             use_cache=True, **opening.kwargs)  # fmt: skip
             logits = out.logits[:, -1, :].float()
-        self._remember(live, cache, mask, [i for i, row in enumerate(live) if not row.done])
+        self._remember(live, cache, mask, [i for i, row in enumerate(live) if not row.done], opening)
         return self._samples(requests, rows)
 
     def _prefill(
-        self, prompts: list[tuple[int, ...]], should_stop: Callable[[], bool] | None
-    ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
-        """The cache after every distinct prompt, its attention mask, and each prompt's next-token logits.
+        self, prompts: list[tuple[int, ...]], rows: int, should_stop: Callable[[], bool] | None
+    ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, _Opening]:
+        """The cache after every distinct prompt, its attention mask, each prompt's next-token logits, and the opening
+        the ``rows`` hold apart from the cache.
 
         Each prompt starts from the longest prefix of it whose states are cached; where the prefix every prompt shares
         is longer, it is encoded once (on top of the longest cached part of it) and copied to every prompt, in chunks
         where ``should_stop`` is given (_Stopped once it is true; a lone prompt is otherwise encoded in one pass). The
-        rest is left-padded after it, the padding masked out and skipped by the positions."""
+        rest is left-padded after it, the padding masked out and skipped by the positions. Where several rows share
+        an opening of ``shared_prefix.MIN_SHARED`` tokens or more, its states are held once, outside the cache
+        (attention.py's ``shared_states``): the cache and its mask start after it."""
         bases = [self.prefix_cache.longest(p, len(p) - 1) for p in prompts]
         shared = _common_prefix(prompts)
         if shared > min(length for length, _ in bases) and (len(prompts) > 1 or should_stop is not None):
             start, kv = max(((min(length, shared), kv) for length, kv in bases), key=lambda base: base[0])
             prefix = self._encode(prompts[0][:shared], (start, kv), should_stop)
             bases = [(length, kv) if length >= shared else (shared, prefix) for length, kv in bases]
-        cache, mask = batch_cache.left_padded(bases, self.device)
+        split = min(shared, *(length for length, _ in bases)) if rows > 1 and shared_prefix.applies(self.model) else 0
+        opening = _Opening.of(bases[0][1], split) if split >= shared_prefix.MIN_SHARED else _Opening()
+        cache, mask = batch_cache.left_padded(bases, self.device, start=opening.length)
         rests = [p[length:] for p, (length, _) in zip(prompts, bases)]
         width = max(len(r) for r in rests)
         tokens = torch.tensor([[0] * (width - len(r)) + list(r) for r in rests], device=self.device)
         rest_mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rests], device=self.device)
         mask = torch.cat([mask, rest_mask], dim=1)
-        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)[:, -width:]
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)[:, -width:] + opening.length
         out = self.model(
             input_ids=tokens, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
-            logits_to_keep=LAST_POSITION,
+            logits_to_keep=LAST_POSITION, **opening.kwargs,
         )
-        return cache, mask, out.logits[:, -1, :].float()
+        return cache, mask, out.logits[:, -1, :].float(), opening
 
     def _encode(
         self, ids: tuple[int, ...], base: tuple[int, States | None], should_stop: Callable[[], bool] | None
@@ -241,15 +273,17 @@ class Generator:
             self.model(input_ids=piece, past_key_values=cache, use_cache=True, logits_to_keep=LAST_POSITION)
         return States.of([(layer.keys[0], layer.values[0]) for layer in cache.layers])
 
-    def _remember(self, rows: list[_Row], cache: DynamicCache, mask: torch.Tensor, which: list[int]) -> None:
+    def _remember(self, rows: list[_Row], cache: DynamicCache, mask: torch.Tensor, which: list[int],
+                  opening: _Opening) -> None:  # fmt: skip
         """Keep the states of rows ``which`` (their prompt and the tokens fed after it) for prompts that extend them."""
         if not self.prefix_cache.enabled:
             return
         for i in which:
             prompt = rows[i].request.prompt_ids
-            fed = int(mask[i].sum()) - len(prompt)
+            fed = int(mask[i].sum()) + opening.length - len(prompt)
             self.prefix_cache.put(prompt + tuple(rows[i].sample.token_ids[:fed]),
-                                  lambda start, i=i: batch_cache.row_states(cache, mask, i, start=start))  # fmt: skip
+                                  lambda start, i=i: opening.before(batch_cache.row_states(
+                                      cache, mask, i, start=max(0, start - opening.length)), start))  # fmt: skip
 
     def _emit(self, live: list[_Row], logits: torch.Tensor) -> list[int]:
         """Sample each live row's next token from its own generator and record it with its logprob; the rows that

@@ -81,13 +81,17 @@ class States:
             left -= used
         return States(tuple(pieces))
 
-    def write(self, layer: int, length: int, keys: torch.Tensor, values: torch.Tensor) -> None:
-        """Copy layer ``layer``'s states of the first ``length`` positions into ``keys`` and ``values``
-        ([heads, length, head_dim] each)."""
-        at = 0
+    def write(self, layer: int, length: int, keys: torch.Tensor, values: torch.Tensor, *, start: int = 0) -> None:
+        """Copy layer ``layer``'s states of positions ``start`` to ``length`` into ``keys`` and ``values``
+        ([heads, length - start, head_dim] each)."""
+        at = -start
         for segment, used in self.first(length).pieces:
-            source_keys, source_values = segment.kv[layer]
-            keys[:, at : at + used], values[:, at : at + used] = source_keys[:, :used], source_values[:, :used]
+            skip = max(0, -at)
+            if skip < used:
+                source_keys, source_values = segment.kv[layer]
+                to = at + skip
+                keys[:, to : at + used], values[:, to : at + used] = (source_keys[:, skip:used],
+                                                                      source_values[:, skip:used])  # fmt: skip
             at += used
 
     def layers(self, length: int) -> KV:
