@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -69,6 +68,9 @@ def main() -> None:
         result = asyncio.run(sweep(int(sys.argv[3]), Path(sys.argv[4]), sys.argv[6], json.loads(sys.argv[7])))
         Path(sys.argv[5]).write_text(json.dumps(result))
         return
+    sys.path.insert(0, str(ROOT / "bench"))  # here, not in a child: env_rl imports this tree's service package
+    from env_rl import machine  # the CPU model and its vector units, as every bench names them
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", type=Path, required=True)
     parser.add_argument("--after", type=Path, default=ROOT)
@@ -99,7 +101,7 @@ def main() -> None:
     summary["sampled_episodes_identical"] = f"{same}/{args.examples}"
     print(json.dumps(summary, indent=2))
     out = ROOT / "bench" / "results" / f"agent_validation_ab{'_' + args.label if args.label else ''}.json"
-    out.write_text(json.dumps({"machine": platform.processor() or platform.machine(), "examples": args.examples,
+    out.write_text(json.dumps({"machine": machine(), "examples": args.examples,
                                "env": args.env, "env_args": env_args,
                                "summary": summary, "rounds": rounds}, indent=2) + "\n")  # fmt: skip
 
