@@ -10,7 +10,7 @@ side as extra query positions instead: ``[batch, kv_heads, n_rep * q_len, dim]``
 repeated along the (short) query axis. The arithmetic is the same as ``sdpa``'s; nothing the size of the cache is
 copied.
 
-While sampling, rows that open alike (an agent's system prompt and tools, 801 tokens of an email episode's 1,000-1,600)
+While sampling, rows that open alike (an agent's system prompt and tools: 821 tokens of an email episode's 1,000-1,600)
 keep that opening's states once, not once a row (``shared_states``): every row's queries meet its keys in one call
 and each row's own keys in another, merged by their log-sum-exps (the cascade attention of FlashInfer and vLLM). Each
 row's copy of the opening was read at every decoded token: PyTorch's CPU flash kernel over it was 38% of an email
