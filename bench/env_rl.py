@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -88,9 +89,10 @@ def read_job(database: Path, job_id: str) -> dict[str, Any]:
     """A finished job's validation points, steps, per-example outcomes and manifest, from its SQLite store."""
     with sqlite3.connect(database) as db:
         points = [
-            {"step": s, "accuracy": a, "greedy_accuracy": g, "outcomes": json.loads(o)}
-            for s, a, g, o in db.execute(
-                "select step, accuracy, greedy_accuracy, outcomes from validation_points where job_id = ? order by step",
+            {"step": s, "accuracy": a, "greedy_accuracy": g, "outcomes": json.loads(o), "wall_time_s": w}
+            for s, a, g, o, w in db.execute(
+                "select step, accuracy, greedy_accuracy, outcomes, wall_time_s from validation_points where job_id = ? "
+                "order by step",
                 (job_id,),
             )
         ]
@@ -119,10 +121,23 @@ def read_job(database: Path, job_id: str) -> dict[str, Any]:
             "select step, reward, messages, details from trajectories where job_id = ? and split = 'val' and id in "
             "(select min(id) from trajectories where job_id = ? and split = 'val' group by step) order by step",
             (job_id, job_id))]  # fmt: skip
+        timeline = timeline_of(db.execute(
+            "select kind, step, created_at from job_events where job_id = ? order by id", (job_id,)))  # fmt: skip
         kept = db.execute("select step, details from trajectories where job_id = ? and split = 'val'", (job_id,))
         episode_metrics = mean_metrics((step, json.loads(details).get("metrics") or {}) for step, details in kept)
     return {"validation": points, "steps": steps, "examples": examples, "manifest": manifest, "alerts": alerts,
-            "episodes": episodes, "episode_metrics": episode_metrics}
+            "episodes": episodes, "episode_metrics": episode_metrics, "timeline": timeline}
+
+
+def timeline_of(events: Any) -> list[dict[str, Any]]:
+    """The job's events with the seconds since the one before: what each phase (base validation, warm start, a step,
+    a validation) took, read from the store rather than from logs."""
+    rows, before = [], None
+    for kind, step, created_at in events:
+        at = datetime.fromisoformat(created_at)
+        rows.append({"kind": kind, "step": step, "seconds": round((at - before).total_seconds(), 1) if before else 0.0})
+        before = at
+    return rows
 
 
 def mean_metrics(kept: Any) -> dict[str, dict[str, float]]:
@@ -152,6 +167,11 @@ def gate(result: dict[str, Any]) -> dict[str, Any]:
             **{k: verdict[k] for k in ("decision", "overall", "reasons")}}  # fmt: skip
 
 
+def _greedy(point: dict[str, Any]) -> str:
+    """A point's greedy accuracy, or a dash where the job validated without its greedy pass."""
+    return "-" if point["greedy_accuracy"] is None else f"{point['greedy_accuracy']:.3f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env")
@@ -179,8 +199,8 @@ def main() -> None:
           "| CPU |")  # fmt: skip
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     print(
-        f"| {args.env} | {step0['accuracy']:.3f} ({step0['greedy_accuracy']:.3f}) | {best['accuracy']:.3f} "
-        f"({best['greedy_accuracy']:.3f}) | {summary['best_step']} | {summary['step']} | {summary['stop_reason']} "
+        f"| {args.env} | {step0['accuracy']:.3f} ({_greedy(step0)}) | {best['accuracy']:.3f} "
+        f"({_greedy(best)}) | {summary['best_step']} | {summary['step']} | {summary['stop_reason']} "
         f"| {result['wall_time_s'] / 60:.1f} min | {result['peak_rss_gib']:.2f} GiB | {result['cpu_percent']}% |"
     )
     print(f"\n{result['command']}\n{result['machine']}\n")
@@ -188,7 +208,7 @@ def main() -> None:
     print("| --- | --- | --- | --- |")
     for p in points:
         outcomes = ", ".join(f"{k} {v}" for k, v in p["outcomes"].items())
-        print(f"| {p['step']} | {p['accuracy']:.3f} | {p['greedy_accuracy']:.3f} | {outcomes} |")
+        print(f"| {p['step']} | {p['accuracy']:.3f} | {_greedy(p)} | {outcomes} |")
     for step, metrics in result["episode_metrics"].items():
         print(f"stored val episodes at step {step}: {json.dumps(metrics)}")
     print(f"\ngate, step {summary['best_step']} against step 0: {json.dumps(result['gate'])}")

@@ -184,6 +184,11 @@ class ValidationSpec(_Section):
         100, gt=0, le=100_000, description="Validation examples per evaluation (the first N of the split)."
     )
     temperature: float = Field(1.0, ge=0, le=2, description="Sampling temperature of validation (0 = greedy).")
+    greedy: bool = Field(
+        True,
+        description="Also play every example greedily (greedy_accuracy, a diagnostic beside the sampled accuracy the "
+        "stopping rules read). An agent's validation is a multi-turn episode per example, and this doubles it.",
+    )
     baseline_model: str | None = Field(
         None,
         min_length=3,

@@ -100,6 +100,10 @@ def train(
     group_size: Annotated[Optional[int], typer.Option(help="Rollouts per scenario.")] = None,
     learning_rate: Annotated[Optional[float], typer.Option(help="RL learning rate.")] = None,
     val_examples: Annotated[Optional[int], typer.Option(help="Validation examples per evaluation.")] = None,
+    greedy: Annotated[
+        Optional[bool],
+        typer.Option("--greedy/--no-greedy", help="Also validate greedily (default: yes, unless the environment says not)."),
+    ] = None,
     env_arg: Annotated[
         Optional[list[str]],
         typer.Option("--env-arg", help="An environment argument as KEY=VALUE (repeatable), e.g. target_tile=64."),
@@ -130,7 +134,7 @@ def train(
                              "learning_rate": learning_rate, "warm_start_examples": warm_start_examples},
                 "model": {"base_model": base_model},
                 "validation": {"patience": patience, "min_delta": min_delta, "target_accuracy": target_accuracy,
-                               "every_n_steps": every_n_steps, "max_examples": val_examples},
+                               "every_n_steps": every_n_steps, "max_examples": val_examples, "greedy": greedy},
             }  # fmt: skip
             spec = _build_spec(spec_file, env, seed, flags, _parse_env_args(env_arg or []))
             try:  # as the local operator: checked as the API checks an operator's job

@@ -24,15 +24,16 @@ from service.training.run import Run, sampled
 
 
 async def validate(
-    env: Environment, model: art.Model, rows: Sequence[dict], *, seed: int, temperature: float
+    env: Environment, model: art.Model, rows: Sequence[dict], *, seed: int, temperature: float, greedy: bool = True
 ) -> tuple[ValidationCreate, list[art.Trajectory]]:
-    """Accuracy on ``rows`` at ``temperature`` (the recorded number) and greedily, with the sampled rollouts.
+    """Accuracy on ``rows`` at ``temperature`` (the recorded number) and, if ``greedy``, greedily, with the sampled
+    rollouts.
 
     Each example's sampled and greedy rollouts are started side by side, so the serving backend decodes them in one
     batch and encodes their shared prompt once (done one pass after the other, every prompt was encoded twice). At
     temperature 0 the sampled pass is the greedy one: it is played once."""
     started = time.monotonic()
-    temperatures = (temperature, 0.0) if temperature > 0 else (0.0,)
+    temperatures = (temperature, 0.0) if temperature > 0 and greedy else (temperature,)
     played = await art.gather_trajectories(
         (
             env.rollout(model, row, Sampling(temperature=t, seed=derive_seed(seed, "val", row["id"])))
@@ -44,11 +45,12 @@ async def validate(
     passes = len(temperatures)
     trajectories, greedy_trajectories = played[0::passes], played[passes - 1 :: passes]
     accuracy = sum(env.is_correct(t) for t in trajectories) / len(trajectories)
-    greedy = sum(env.is_correct(t) for t in greedy_trajectories) / len(greedy_trajectories)
+    greedy_played = greedy or temperature == 0
+    greedy_accuracy = sum(env.is_correct(t) for t in greedy_trajectories) / len(rows) if greedy_played else None
     tokens = [completion_tokens(t) for t in played]
     values = ValidationCreate(
         accuracy=accuracy,
-        greedy_accuracy=greedy,
+        greedy_accuracy=greedy_accuracy,
         examples=len(rows),
         temperature=temperature,
         outcomes=dict(sorted(Counter(outcome_of(env, t) for t in trajectories).items())),
@@ -116,7 +118,8 @@ async def _validated(run: Run, step: int) -> tuple[ValidationCreate, list[art.Tr
     """Ground-truth validation of the policy as served now, stopped by a cancel or a lost lease within a second."""
     spec = run.spec
     rows = run.env.scenarios("val")[: spec.validation.max_examples]
-    measured = validate(run.env, run.model, rows, seed=spec.seed, temperature=spec.validation.temperature)
+    measured = validate(run.env, run.model, rows, seed=spec.seed, temperature=spec.validation.temperature,
+                        greedy=spec.validation.greedy)  # fmt: skip
     values, trajectories = await run.check_stop.guard(measured)
     await run.model.log(trajectories, split="val", step=step)
     return values, trajectories

@@ -94,6 +94,17 @@ def test_calls_after_the_final_answer(val):
     assert episode.step([tool_call("read_email", "{}")])[0]["content"] == "error: episode over"
 
 
+def test_a_wrong_answer_scores_as_running_out_of_turns(val):
+    scenario = val[0]
+    answered = Episode(scenario, max_turns=6)
+    answered.step([tool_call("return_final_answer", json.dumps({"answer": "not it", "source_ids": []}))])
+    unanswered = Episode(scenario, max_turns=1)
+    unanswered.step([tool_call("search_inbox", json.dumps({"keywords": "flight"}))])
+    wrong, none = answered.result(), unanswered.result()
+    assert (wrong.outcome, none.outcome) == ("wrong_answer", "no_answer") and none.metrics["ran_out_of_turns"]
+    assert wrong.reward == pytest.approx(none.reward) == pytest.approx(-0.2)
+
+
 def test_tool_calls_as_openai_objects(val):
     from openai.types.chat.chat_completion_message_tool_call import ChatCompletionMessageToolCall, Function
 

@@ -120,11 +120,11 @@ def test_verify_is_total_on_garbage(scenario, answer, source_ids):
     invalid=st.integers(-5, 10**6),
     ran_out=st.booleans(),
     correct=st.booleans(),
+    wrong=st.booleans(),
 )
-def test_shaped_reward_is_total_and_bounded(sources, cited, read, invalid, ran_out, correct):
-    reward = shaped_reward(
-        correct=correct, sources=sources, cited=cited, read=read, invalid_tool_calls=invalid, ran_out_of_turns=ran_out
-    )
+def test_shaped_reward_is_total_and_bounded(sources, cited, read, invalid, ran_out, correct, wrong):
+    reward = shaped_reward(correct=correct, sources=sources, cited=cited, read=read, invalid_tool_calls=invalid,
+                           ran_out_of_turns=ran_out, wrong_answer=wrong)  # fmt: skip
     assert isinstance(reward, float) and -0.5 <= reward <= 1.3
 
 
@@ -141,3 +141,8 @@ def test_shaped_reward_orders_episodes_sensibly():
     assert reward(read=["a1"]) == 0.05 and reward(read=["a1"], cited=["a1"]) == 0.15
     assert reward(invalid_tool_calls=2) == -0.1 and reward(invalid_tool_calls=100) == -0.3
     assert reward(ran_out_of_turns=True, invalid_tool_calls=6) == -0.5
+    # a wrong answer scores as none at all (no gain from guessing), read sources count either way; a right one never
+    # pays it
+    assert reward(wrong_answer=True) == reward(ran_out_of_turns=True) == -0.2 < reward() == 0.0
+    assert reward(wrong_answer=True, read=["a1"]) == reward(ran_out_of_turns=True, read=["a1"]) == -0.15
+    assert reward(correct=True, wrong_answer=True) == reward(correct=True) == 1.0

@@ -265,3 +265,17 @@ async def test_a_greedy_validation_plays_each_game_once_and_a_sampled_one_plays_
         assert sorted(call["temperature"] for call in first_turns) == sorted([temperature, 0.0][:passes] * len(rows))
         assert len(sampled) == values.examples == len(rows) and values.temperature == temperature
         assert values.accuracy == values.greedy_accuracy  # the scripted player ignores the temperature
+
+
+@pytest.mark.asyncio
+async def test_a_validation_without_its_greedy_pass_plays_each_game_once_at_its_temperature():
+    from service.training.validation import validate
+
+    env = Twenty48Environment(target_tile=16, max_turns=3)
+    rows = env.scenarios("val")[:4]
+    model = ScriptedModel(lambda board: format_move(choose_move(board, random.Random(0))))
+    values, sampled = await validate(env, model, rows, seed=0, temperature=0.7, greedy=False)
+    first_turns = [call for call in model.calls if len(call["messages"]) == len(env.opening(rows[0]))]
+    assert [call["temperature"] for call in first_turns] == [0.7] * len(rows)
+    assert len(sampled) == values.examples == len(rows) and values.greedy_accuracy is None
+    assert values.accuracy == sum(env.is_correct(t) for t in sampled) / len(rows)

@@ -118,7 +118,7 @@ def test_a_job_that_names_no_warm_start_gets_the_recommendation_for_its_kind_of_
 def test_a_pretrained_models_job_gets_the_environments_settings_where_it_sets_none_and_keeps_its_own():
     class Agentic(MathEnvironment):
         pretrained_job = {"training": {"groups_per_step": 2, "group_size": 4, "learning_rate": 2e-4},
-                          "validation": {"max_examples": 50, "every_n_steps": 2}}  # fmt: skip
+                          "validation": {"max_examples": 50, "every_n_steps": 2, "greedy": False}}  # fmt: skip
 
     env = Agentic()
     spec = JobSpec.model_validate({"environment": "math", "training": {"group_size": 6}, "validation": {"patience": 5}})
@@ -127,6 +127,9 @@ def test_a_pretrained_models_job_gets_the_environments_settings_where_it_sets_no
     assert recommended.training.learning_rate == 2e-4 and recommended.training.max_steps == spec.training.max_steps
     assert (recommended.validation.max_examples, recommended.validation.every_n_steps) == (50, 2)
     assert recommended.validation.patience == 5 and recommended.seed == spec.seed
+    assert recommended.validation.greedy is False and spec.validation.greedy is True
+    asked = JobSpec.model_validate({"environment": "math", "validation": {"greedy": True}})
+    assert manifests.recommended_spec(asked, env).validation.greedy is True  # asked for, even where it is the default
     embedded = JobSpec.model_validate({"environment": "math", "model": {"backend": "embedded"}})
     assert manifests.recommended_spec(embedded, env) is embedded  # trained from scratch: the spec's defaults
 

@@ -26,7 +26,7 @@ from service.cli import app
 from service.settings import get_settings
 
 TINY_RUN = ["--max-steps", "1", "--groups-per-step", "1", "--group-size", "2", "--val-examples", "2",
-            "--warm-start-examples", "0"]  # fmt: skip
+            "--warm-start-examples", "0", "--no-greedy"]  # fmt: skip
 
 
 @pytest.fixture
@@ -60,6 +60,7 @@ def test_train_then_export_locally_then_chat_through_the_openai_client(artsvc, c
 
     trained = artsvc("train", "--env", "math", *TINY_RUN, "--json")
     assert trained.exit_code == 0, trained.output
+    assert "val " in trained.output and "greedy" not in trained.output  # --no-greedy: each example played once
     job_id = json.loads(trained.stdout.splitlines()[-1])["id"]
 
     unreachable = artsvc("export", job_id, "-o", "out", "--api-url", "http://127.0.0.1:9")  # no server runs
