@@ -24,3 +24,13 @@ def test_the_gate_accepts_a_clear_lift_and_rejects_one_inside_its_interval():
     assert slight["decision"] == "REJECT" and slight["overall"]["ci_low"] < 0.02 < slight["overall"]["delta"]
     same = env_rl.gate(_result([True] * 14 + [False] * 36, [], best_step=0))
     assert same["decision"] == "REJECT" and same["overall"]["delta"] == 0.0
+
+
+def test_the_timeline_gives_each_event_the_seconds_since_the_one_before_and_a_point_without_greedy_reads_a_dash():
+    events = [("started", None, "2026-11-29 01:00:00.000000"), ("validation", -1, "2026-11-29 01:02:05.500000"),
+              ("validation", 0, "2026-11-29 01:09:00.000000"), ("step", 1, "2026-11-29 01:10:30.250000")]  # fmt: skip
+    assert env_rl.timeline_of(events) == [
+        {"kind": "started", "step": None, "seconds": 0.0}, {"kind": "validation", "step": -1, "seconds": 125.5},
+        {"kind": "validation", "step": 0, "seconds": 414.5}, {"kind": "step", "step": 1, "seconds": 90.2},
+    ]  # fmt: skip
+    assert env_rl._greedy({"greedy_accuracy": None}) == "-" and env_rl._greedy({"greedy_accuracy": 0.25}) == "0.250"
