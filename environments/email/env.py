@@ -47,8 +47,8 @@ def opening(scenario: dict[str, Any], max_turns: int = 6) -> list[dict[str, Any]
 class EmailEnvironment(BaseEnvironment):
     name = "email"
     # 1.2.0: every reply is asked for as tool calls (tool_choice required); 1.3.0: as one call, its arguments held to
-    # tighter schemas (message ids by their pattern, strings that end within a reply's MAX_TOKENS); 1.4.0: a wrong
-    # answer costs in the training reward what running out of turns does (verifier.MISSED_PENALTY)
+    # tighter schemas (message ids by their pattern, strings that end within a reply's MAX_TOKENS); 1.4.0: every
+    # episode without the right answer costs the same in the training reward (verifier.MISSED_PENALTY)
     version = "1.4.0"
     scorer_name = SCORER_NAME
     scorer_version = SCORER_VERSION
@@ -59,10 +59,10 @@ class EmailEnvironment(BaseEnvironment):
     # to 0.28 on 32 questions, sampled 0.125 (README Results, issue 32): the values are what more demonstrations buy
     pretrained_warm_start_examples = 150
     # A job of a pretrained model on two CPU cores: an episode is up to 6 model calls on a 1,400-token conversation,
-    # so a step of 12 episodes takes 40-80 s on a fast Zen 4 (README Results); the spec's 64 episodes a step would be
+    # so a step of 12 episodes takes 45-95 s on a fast Zen 4 (README Results); the spec's 64 episodes a step would be
     # many minutes. Validation plays 50 questions (fewer cannot tell a gain of 8 points from noise), sampled only and
     # before and after the 4 steps only: the greedy pass doubled every validation (125 s for the base model, 73 s
-    # after the warm start, sampled only), and with it or a point at step 2 the job ran past 15 minutes.
+    # after the warm start, sampled only). Even so the job took 14.5-17.5 minutes there, by what RL taught.
     pretrained_job = MappingProxyType({
         "training": MappingProxyType({"groups_per_step": 3, "group_size": 4, "max_steps": 4}),
         "validation": MappingProxyType({"max_examples": 50, "every_n_steps": 4, "greedy": False}),

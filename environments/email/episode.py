@@ -15,7 +15,7 @@ from typing import Any
 
 from environments.email.search import Index
 from environments.email.tools import Session, toolbox
-from environments.email.verifier import CORRECT, WRONG_ANSWER, shaped_reward, verify
+from environments.email.verifier import CORRECT, shaped_reward, verify
 
 MAX_TURNS_LIMIT = 50
 MAX_CALLS_PER_TURN = 4  # further calls in one turn are answered with an error, unrun
@@ -147,8 +147,6 @@ class Episode:
             cited=cited,
             read=self.session.read,
             invalid_tool_calls=self.invalid_tool_calls,
-            ran_out_of_turns=self.ran_out_of_turns,
-            wrong_answer=verdict["details"]["outcome"] == WRONG_ANSWER,
         )
         metrics: dict[str, float | int | bool] = {
             "correct": correct,

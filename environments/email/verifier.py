@@ -138,10 +138,11 @@ CITED_READ_WEIGHT = 0.2
 READ_WEIGHT = 0.1
 INVALID_PENALTY = 0.05
 MAX_INVALID_PENALIZED = 6
-# An episode that ends without the right answer, out of turns or on a wrong one, costs this. A wrong answer once cost
-# nothing, more than running out of turns paid, and in 4 RL steps every unanswered validation episode became a wrong
-# answer (no_answer 18 -> 0); costing 0.5 (ART-E's order, a wrong answer below none) the policy stopped answering at
-# all (no_answer 19 -> 50). Costing the same, only a right answer pays for answering (README Results, issue 32).
+# Every episode that ends without the right answer costs this: out of turns, a wrong answer, or one the verifier
+# refuses (uncited, too many citations, malformed), so no way of ending pays more than another. A wrong answer once
+# cost nothing where running out of turns cost this, and in 4 RL steps every unanswered validation episode became a
+# wrong answer (no_answer 18 -> 0); costing 0.5, below no answer (ART-E's order), the policy stopped answering at all
+# (no_answer 19 -> 50). Priced alike, two seeds went opposite ways (README Results, issue 32).
 MISSED_PENALTY = 0.2
 
 
@@ -152,8 +153,6 @@ def shaped_reward(
     cited: Any,
     read: Any,
     invalid_tool_calls: int,
-    ran_out_of_turns: bool,
-    wrong_answer: bool = False,
 ) -> float:
     """The training reward of one episode, a pure function of what happened in it::
 
@@ -161,10 +160,11 @@ def shaped_reward(
                + 0.2 * |sources cited and read| / |sources|      (read with read_email)
                + 0.1 * |sources read| / |sources|                (found, even if not cited)
                - 0.05 * min(invalid_tool_calls, 6)
-               - 0.2 * (ran_out_of_turns or wrong_answer)         (wrong_answer: verify's, a value not the truth)
+               - 0.2 * (not correct)                             (out of turns, or answered and not correct)
 
-    so it lies in [-0.5, 1.3]; a correct episode always outscores an incorrect one, and a wrong answer scores as the
-    same episode unanswered. Citing counts only for sources the policy actually opened, so guessed ids earn nothing.
+    so it lies in [-0.5, 1.3]; a correct episode always outscores an incorrect one, and an incorrect one scores the
+    same whether it answered or ran out of turns. Citing counts only for sources the policy actually opened, so guessed
+    ids earn nothing.
     """
     try:
         truth = {s for s in sources if isinstance(s, str)}
@@ -179,6 +179,6 @@ def shaped_reward(
         + CITED_READ_WEIGHT * share(cited_set & read_set)
         + READ_WEIGHT * share(read_set)
         - INVALID_PENALTY * min(invalid, MAX_INVALID_PENALIZED)
-        - MISSED_PENALTY * (bool(ran_out_of_turns) or (bool(wrong_answer) and not correct))
+        - MISSED_PENALTY * (not correct)
     )
     return round(reward, 6)

@@ -94,15 +94,19 @@ def test_calls_after_the_final_answer(val):
     assert episode.step([tool_call("read_email", "{}")])[0]["content"] == "error: episode over"
 
 
-def test_a_wrong_answer_scores_as_running_out_of_turns(val):
+def test_every_way_of_missing_the_answer_scores_as_running_out_of_turns(val):
     scenario = val[0]
-    answered = Episode(scenario, max_turns=6)
-    answered.step([tool_call("return_final_answer", json.dumps({"answer": "not it", "source_ids": []}))])
     unanswered = Episode(scenario, max_turns=1)
     unanswered.step([tool_call("search_inbox", json.dumps({"keywords": "flight"}))])
-    wrong, none = answered.result(), unanswered.result()
-    assert (wrong.outcome, none.outcome) == ("wrong_answer", "no_answer") and none.metrics["ran_out_of_turns"]
-    assert wrong.reward == pytest.approx(none.reward) == pytest.approx(-0.2)
+    none = unanswered.result()
+    assert none.outcome == "no_answer" and none.metrics["ran_out_of_turns"] and none.reward == pytest.approx(-0.2)
+    over_cited = ["a001", "a002", "a003", *scenario["source_ids"]]  # the right answer, citing one id too many
+    for answer, cited, outcome in [("not it", [], "wrong_answer"), (scenario["answer"], over_cited, "too_many_citations"),
+                                   (scenario["answer"], [], "uncited")]:  # fmt: skip
+        answered = Episode(scenario, max_turns=6)
+        answered.step([tool_call("return_final_answer", json.dumps({"answer": answer, "source_ids": cited}))])
+        result = answered.result()
+        assert result.outcome == outcome and result.reward == pytest.approx(none.reward), outcome
 
 
 def test_tool_calls_as_openai_objects(val):

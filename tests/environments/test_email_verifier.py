@@ -118,31 +118,23 @@ def test_verify_is_total_on_garbage(scenario, answer, source_ids):
     cited=JSONISH,
     read=JSONISH,
     invalid=st.integers(-5, 10**6),
-    ran_out=st.booleans(),
     correct=st.booleans(),
-    wrong=st.booleans(),
 )
-def test_shaped_reward_is_total_and_bounded(sources, cited, read, invalid, ran_out, correct, wrong):
-    reward = shaped_reward(correct=correct, sources=sources, cited=cited, read=read, invalid_tool_calls=invalid,
-                           ran_out_of_turns=ran_out, wrong_answer=wrong)  # fmt: skip
+def test_shaped_reward_is_total_and_bounded(sources, cited, read, invalid, correct):
+    reward = shaped_reward(correct=correct, sources=sources, cited=cited, read=read, invalid_tool_calls=invalid)
     assert isinstance(reward, float) and -0.5 <= reward <= 1.3
 
 
 def test_shaped_reward_orders_episodes_sensibly():
     def reward(**kw):
-        base = {"correct": False, "sources": ["a1", "a2"], "cited": [], "read": []}
-        base |= {"invalid_tool_calls": 0, "ran_out_of_turns": False}
+        base = {"correct": False, "sources": ["a1", "a2"], "cited": [], "read": [], "invalid_tool_calls": 0}
         return shaped_reward(**{**base, **kw})
 
     perfect = reward(correct=True, cited=["a1", "a2"], read=["a1", "a2"])
     assert perfect == 1.3
     assert reward(correct=True, cited=["a1", "a2"], read=[]) == 1.0  # guessed ids earn nothing
-    assert reward(correct=True) > reward(cited=["a1", "a2"], read=["a1", "a2"]) == 0.3
-    assert reward(read=["a1"]) == 0.05 and reward(read=["a1"], cited=["a1"]) == 0.15
-    assert reward(invalid_tool_calls=2) == -0.1 and reward(invalid_tool_calls=100) == -0.3
-    assert reward(ran_out_of_turns=True, invalid_tool_calls=6) == -0.5
-    # a wrong answer scores as none at all (no gain from guessing), read sources count either way; a right one never
-    # pays it
-    assert reward(wrong_answer=True) == reward(ran_out_of_turns=True) == -0.2 < reward() == 0.0
-    assert reward(wrong_answer=True, read=["a1"]) == reward(ran_out_of_turns=True, read=["a1"]) == -0.15
-    assert reward(correct=True, wrong_answer=True) == reward(correct=True) == 1.0
+    assert reward(correct=True) > reward(cited=["a1", "a2"], read=["a1", "a2"]) == 0.1
+    assert reward(read=["a1"]) == -0.15 and reward(read=["a1"], cited=["a1"]) == -0.05
+    assert reward(invalid_tool_calls=2) == -0.3 and reward(invalid_tool_calls=100) == -0.5
+    # an episode without the right answer costs the same however it ended; a right one never pays it
+    assert reward() == -0.2 and reward(correct=True) == 1.0
