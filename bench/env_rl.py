@@ -29,8 +29,9 @@ from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
+from cpu_phases import CpuSampler, job_phases, phase_cpu  # noqa: E402
 from service.evaluation.compare import Measured, compare  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -65,13 +66,16 @@ def train_and_read(env_name: str, seed: int, extra: list[str], *, python: str = 
         env["ARTSVC_DATA_DIR"] = data_dir
         command = [python, "-m", "service", "train", "--env", env_name, "--seed", str(seed), "--json", *extra]
         started = time.monotonic()
-        completed = subprocess.run(command, env=env, cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE,
-                                   text=True)  # progress shows on stderr; this checkout's code is what runs
+        # progress shows on stderr; this checkout's code is what runs
+        with subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True) as job, \
+                CpuSampler(job.pid) as sampler:  # fmt: skip
+            stdout, _ = job.communicate()
         wall = time.monotonic() - started
-        if completed.returncode != 0:
-            sys.exit(f"training failed ({completed.returncode}); its error is above")
-        summary = json.loads(completed.stdout.strip().splitlines()[-1])
+        if job.returncode != 0:
+            sys.exit(f"training failed ({job.returncode}); its error is above")
+        summary = json.loads(stdout.strip().splitlines()[-1])
         stored = read_job(Path(data_dir) / "artsvc.db", summary["id"])
+        phases = stored_phases(Path(data_dir) / "artsvc.db", summary["id"])
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {
         "machine": machine(),
@@ -80,9 +84,18 @@ def train_and_read(env_name: str, seed: int, extra: list[str], *, python: str = 
         "wall_time_s": round(wall, 1),
         "peak_rss_gib": round(used.ru_maxrss / 1024**2, 2),
         "cpu_percent": round(100 * (used.ru_utime + used.ru_stime) / wall),  # of one core: 200 is two cores busy
+        "cpu_by_phase": phase_cpu(sampler.samples, phases),
         "summary": summary,
         **stored,
     }
+
+
+def stored_phases(database: Path, job_id: str) -> dict[str, list[tuple[float, float]]]:
+    """The job's validations, rollouts and training as the store dates them (cpu_phases.job_phases)."""
+    with sqlite3.connect(database) as db:
+        points = db.execute("select created_at, wall_time_s from validation_points where job_id = ?", (job_id,))
+        steps = db.execute("select created_at, metrics from training_steps where job_id = ?", (job_id,))
+        return job_phases(list(points), [(created_at, json.loads(metrics)) for created_at, metrics in steps])
 
 
 def read_job(database: Path, job_id: str) -> dict[str, Any]:
@@ -204,6 +217,8 @@ def main() -> None:
         f"| {result['wall_time_s'] / 60:.1f} min | {result['peak_rss_gib']:.2f} GiB | {result['cpu_percent']}% |"
     )
     print(f"\n{result['command']}\n{result['machine']}\n")
+    busy = ", ".join(f"{name} {p['seconds']:.0f} s at {p['cpu_percent']}%" for name, p in result["cpu_by_phase"].items())
+    print(f"CPU by phase (of one core): {busy}\n")
     print("| step | val acc | greedy | outcomes |")
     print("| --- | --- | --- | --- |")
     for p in points:
