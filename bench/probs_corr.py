@@ -57,6 +57,22 @@ def float32_head(engine: PolicyEngine) -> None:
     head.forward = types.MethodType(lambda self, hidden: torch.nn.functional.linear(hidden.float(), weight), head)
 
 
+def refined_head(engine: PolicyEngine, top: int) -> None:
+    """The bf16 head, then each position's ``top`` largest logits computed again in float32 from the same bf16 hidden
+    state and weights: the products' own sums, before the head's output is rounded to bf16."""
+    head = engine.model.get_output_embeddings()
+    weight = head.weight
+
+    def forward(self: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+        logits = torch.nn.functional.linear(hidden, weight).float()
+        with torch.autocast("cpu", enabled=False):
+            ids = logits.topk(top, dim=-1).indices
+            exact = (weight[ids].float() @ hidden.float().unsqueeze(-1)).squeeze(-1)
+        return logits.scatter(-1, ids, exact)
+
+    head.forward = types.MethodType(forward, head)
+
+
 def trainer_logprobs(engine: PolicyEngine, replies: list[tuple[tuple[int, ...], list[int]]]) -> torch.Tensor:
     """Each reply token's logprob from the trainer's pass over prompt and reply."""
     values = []
@@ -79,6 +95,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", type=int, default=16)
     parser.add_argument("--float32-head", action="store_true")
+    parser.add_argument("--refined-head", type=int, default=0, metavar="K")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="probs-corr-") as work:
         base = resolve_base_model("SmolLM2-135M-Instruct", Path(work) / "base-models")
@@ -87,6 +104,8 @@ def main() -> None:
         same_adapter(bf16, f32)
         if args.float32_head:
             float32_head(bf16)
+        if args.refined_head:
+            refined_head(bf16, args.refined_head)
         env = MathEnvironment()
         scenarios = list(env.scenarios("train"))[: args.problems]
         prompts = [tuple(chat.render_prompt(bf16.tokenizer, env.opening(s), None)) for s in scenarios]
@@ -106,6 +125,7 @@ def main() -> None:
         "date": date.today().isoformat(),
         "machine": machine(),
         "float32_head": args.float32_head,
+        "refined_head": args.refined_head,
         "tokens": len(sampler),
         "corr_sampler_trainer": corr(sampler, trainer),
         "corr_sampler_float32": corr(sampler, reference),
@@ -116,7 +136,8 @@ def main() -> None:
                           "trainer": float(trainer[k].exp()), "float32": float(reference[k].exp())}
                          for k in gap.argsort(descending=True)[:8].tolist()],  # fmt: skip
     }
-    out = ROOT / "bench" / "results" / f"probs_corr{'_float32_head' if args.float32_head else ''}.json"
+    suffix = "_float32_head" if args.float32_head else f"_refined_head{args.refined_head}" if args.refined_head else ""
+    out = ROOT / "bench" / "results" / f"probs_corr{suffix}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "largest_gaps"}, indent=2))
 

@@ -217,3 +217,34 @@ def test_micro_batches_group_windows_of_like_length_and_give_the_gradient_of_one
         return torch.cat([p.grad.flatten() for p in policy.parameters()])
 
     torch.testing.assert_close(gradient(runs), gradient([sequences]), rtol=1e-4, atol=1e-6)
+
+
+def test_a_grpo_steps_reported_kl_is_exact_while_its_penalty_keeps_k3():
+    """The KL a step reports is summed over the vocabulary (rl_measures.exact_kl), so it does not depend on which
+    tokens were sampled; the penalty in the loss is still k3 over the sampled tokens."""
+    import pytest
+    import torch
+
+    from service.backends.embedded.objectives import GRPOConfig, grpo_loss, token_logprobs
+    from service.backends.embedded.policy import CharGPT, PolicyConfig
+
+    config = PolicyConfig(n_layer=1, n_head=2, n_embd=32, block_size=32)
+    policy, reference = CharGPT(config, seed=0), CharGPT(config, seed=1)
+    sequences = []
+    for text in ("the answer is 42", "move left, then up"):
+        seq = TokenSequence()
+        seq.extend(encode_text(text), True)
+        sequences.append(seq)
+    batch = collate(sequences, config.block_size)
+    batch.advantages[:] = torch.tensor([1.0, -1.0])
+    with torch.no_grad():
+        new, mine = token_logprobs(policy, batch)
+        ref, theirs = token_logprobs(reference, batch)
+    terms = torch.nn.functional.kl_div(theirs, mine, log_target=True, reduction="none").nan_to_num(nan=0.0)
+    exact = float((terms.sum(-1) * batch.mask).sum())  # a token neither can emit (-inf on both sides) adds 0
+    k3 = float(((ref - new).exp() - (ref - new) - 1).mul(batch.mask).sum())
+    _, sums = grpo_loss(policy, reference, batch, GRPOConfig(kl_penalty_coef=1.0), total_tokens=1.0)
+    _, unpenalised = grpo_loss(policy, reference, batch, GRPOConfig(), total_tokens=1.0)
+    assert exact > 0 and abs(exact - k3) > 1e-3 * exact  # the two differ on these tokens
+    assert sums["kl"] == pytest.approx(exact, rel=1e-4)
+    assert sums["loss"] - unpenalised["loss"] == pytest.approx(k3, rel=1e-4)

@@ -136,10 +136,33 @@ def test_packed_rows_trained_in_one_pass_step_as_they_do_one_row_at_a_time(tiny_
         results.append((metrics, adapter))
     (rows, rows_adapter), (batched, batched_adapter) = results
     assert rows["grad_norm"] > 0 and rows["packed_rows"] == batched["packed_rows"] == 4
-    for key in ("loss", "entropy", "kl_policy_ref", "grad_norm", "trained_tokens"):
+    for key in ("loss", "entropy", "kl_policy_ref", "grad_norm", "trained_tokens", "probs_corr"):
         assert batched[key] == pytest.approx(rows[key], rel=1e-4, abs=1e-6), key
     for name, weight in rows_adapter.items():
         torch.testing.assert_close(batched_adapter[name], weight, atol=1e-6, rtol=1e-4)
+
+
+def test_a_steps_probs_corr_is_one_correlation_over_all_its_sampled_tokens(tiny_lm, tmp_path, monkeypatch):
+    """A micro-batch whose own correlation is undefined (one sampled token) counts its token, not a missing share:
+    the step reads as its rows trained in one pass do. A step with no sampled logprob reports no probs_corr."""
+    from art import dev
+
+    engine = _engine(tiny_lm, tmp_path / "model", torch.float32)
+    packed = _packed_rows(3, 96, engine.model.config.vocab_size)
+    lone = packed["logprobs"][2].clone()
+    first = int((~torch.isnan(lone)).nonzero()[0])
+    packed["logprobs"][2] = float("nan")
+    packed["logprobs"][2, first] = lone[first]
+
+    def step(budget: int) -> dict[str, float]:
+        monkeypatch.setattr(training, "TRAIN_BATCH_TOKENS", budget)
+        return training.grpo_step(engine.model, engine.optimizer, packed, learning_rate=0.0,  # type: ignore[arg-type]
+                                  config=dev.TrainConfig(), max_grad_norm=1.0)  # fmt: skip
+
+    by_row, together = step(1)["probs_corr"], step(training.TRAIN_BATCH_TOKENS)["probs_corr"]
+    assert -1.0 < together < 1.0 and by_row == pytest.approx(together, abs=1e-9)
+    packed["logprobs"][:] = float("nan")
+    assert "probs_corr" not in step(training.TRAIN_BATCH_TOKENS)
 
 
 def test_a_bfloat16_base_runs_its_adapters_products_in_bfloat16_when_sampling_and_training(tiny_lm, tmp_path):
@@ -185,3 +208,26 @@ def test_a_bfloat16_steps_probs_corr_is_computed_in_float32(tiny_lm, tmp_path):
     metrics = training.grpo_step(engine.model, engine.optimizer, packed, learning_rate=1e-2,  # type: ignore[arg-type]
                                  config=dev.TrainConfig(), max_grad_norm=1.0)  # fmt: skip
     assert metrics["probs_corr"] == pytest.approx(expected, abs=1e-4)
+
+
+def test_a_steps_kl_is_the_exact_kl_of_each_trained_positions_distribution(tiny_lm, tmp_path):
+    """The step's KL is KL(policy ‖ reference) summed over the vocabulary at every position that predicts a trained
+    token, then averaged (rl_measures): computed here from the two models' whole logits. It does not read which token
+    was sampled, so one reply token the policy finds unlikely cannot swing it as it swung k3's estimate."""
+    from art import dev
+
+    engine = _engine(tiny_lm, tmp_path / "model", torch.float32)
+    packed = _packed_rows(2, 96, engine.model.config.vocab_size)
+    inputs = {k: v for k, v in packed.items() if isinstance(v, torch.Tensor)}
+    mask = training.packed_attention_mask(inputs["group_ids"], inputs["parent_ids"]).unsqueeze(1)
+    ids, positions = inputs["tokens"].clamp(min=0), inputs["input_pos"]
+    with torch.no_grad():
+        policy = engine.model(input_ids=ids, attention_mask=mask, position_ids=positions).logits.log_softmax(-1)
+        with engine.model.disable_adapter():
+            base = engine.model(input_ids=ids, attention_mask=mask, position_ids=positions).logits.log_softmax(-1)
+    predicting = torch.nn.functional.pad(inputs["assistant_mask"][:, 1:], (0, 1), value=False)
+    per_position = torch.nn.functional.kl_div(base, policy, log_target=True, reduction="none").sum(-1)
+    expected = float(per_position[predicting].mean())
+    metrics = training.grpo_step(engine.model, engine.optimizer, packed, learning_rate=0.0,  # type: ignore[arg-type]
+                                 config=dev.TrainConfig(), max_grad_norm=1.0)  # fmt: skip
+    assert expected > 0.01 and metrics["kl_policy_ref"] == pytest.approx(expected, rel=1e-4)

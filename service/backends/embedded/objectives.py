@@ -3,7 +3,8 @@
 GRPO here follows the usual recipe: rewards are normalised within each trajectory group
 (groups whose rewards are all equal carry no signal and are skipped), and each sampled token is
 updated with a PPO-style clipped importance ratio against the logprob the server returned when
-it sampled it, plus an optional KL penalty to the warm-start reference (the k3 estimator).
+it sampled it, plus an optional KL penalty to the warm-start reference (the k3 estimator). The KL a step reports is
+the exact one, summed over the vocabulary (service/backends/rl_measures.py says why).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from service.backends.embedded.policy import CharGPT
+from service.backends.rl_measures import exact_kl
 from service.backends.embedded.sequences import Batch
 
 
@@ -79,12 +81,13 @@ def grpo_loss(
     clipped = ratio.clamp(1 - config.epsilon, 1 + config.epsilon) * advantages
     policy_loss = -masked_sum(torch.minimum(unclipped, clipped), batch.mask)
 
-    kl = torch.zeros_like(new)
+    kl = exact = torch.zeros_like(new)
     if reference is not None:
         with torch.no_grad():
-            ref, _ = token_logprobs(reference, batch)
+            ref, ref_distributions = token_logprobs(reference, batch)
         log_ratio = ref - new
         kl = log_ratio.exp() - log_ratio - 1  # k3: unbiased, non-negative estimate of KL(policy || ref)
+        exact = exact_kl(distributions.detach(), ref_distributions)  # what the step reports (rl_measures)
     kl_sum = masked_sum(kl, batch.mask)
     loss = (policy_loss + config.kl_penalty_coef * kl_sum) / total_tokens
 
@@ -92,7 +95,7 @@ def grpo_loss(
         sums = {
             "loss": policy_loss + config.kl_penalty_coef * kl_sum,
             "policy_loss": policy_loss,
-            "kl": kl_sum,
+            "kl": masked_sum(exact, batch.mask),
             "entropy": masked_sum(entropy(distributions), batch.mask),
             "clip_fraction": masked_sum(((ratio - 1).abs() > config.epsilon).float(), batch.mask),
             "ratio_mean": masked_sum(ratio, batch.mask),

@@ -11,8 +11,8 @@ logprobs, and the optimizer step. SFT rows come from the same tokeniser with ``a
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from itertools import takewhile
 from typing import Any
 
@@ -27,6 +27,7 @@ from openai.types.chat import ChatCompletionMessage, ChatCompletionTokenLogprob
 from openai.types.chat.chat_completion import Choice, ChoiceLogprobs
 
 from environments.prompts import is_example
+from service.backends import rl_measures
 from service.backends.transformers import chat, shared_prefix
 from service.backends.transformers.precision import adapter_in_base_dtype
 
@@ -71,10 +72,26 @@ def token_logprobs(
     only and every other one reads 0: an RL row is an agent's whole episode, and its loss reads the replies alone."""
     hidden = _hidden(model, tokens, mask, positions)
     if at is None:
-        flat, entropies = _head_logprobs(model, hidden.flatten(0, 1), _next_tokens(tokens).flatten(), entropy=entropy)
-        return flat.view(tokens.shape), entropies.view(tokens.shape) if entropy else None
-    values, entropies = _head_logprobs(model, hidden[at], _next_tokens(tokens)[at], entropy=entropy)
+        everywhere = _head_logprobs(model, hidden.flatten(0, 1), _next_tokens(tokens).flatten(), entropy=entropy)
+        return everywhere[0].view(tokens.shape), everywhere[1].view(tokens.shape) if entropy else None
+    values, entropies = _head_logprobs(model, hidden[at], _next_tokens(tokens)[at], entropy=entropy)[:2]
     return _spread(values, at), _spread(entropies, at) if entropy else None
+
+
+def policy_and_reference(
+    model: Any, inputs: dict[str, torch.Tensor], mask: torch.Tensor, at: torch.Tensor, reference: str | None
+) -> tuple[torch.Tensor, ...]:
+    """An RL micro-batch's passes at the positions ``at``, each read as 0 elsewhere: the policy's log-probability of
+    each next token and its entropy, the reference's log-probability (``reference_policy``) and the exact KL of the
+    policy's distribution from the reference's. The reference's pass keeps only its hidden states at ``at``; its head
+    runs beside the policy's, a chunk of positions at a time, so both distributions exist together."""
+    tokens, positions = inputs["tokens"], inputs["input_pos"]
+    with torch.no_grad(), reference_policy(model, reference):
+        reference_hidden = _hidden(model, tokens, mask, positions)[at]
+    hidden = _hidden(model, tokens, mask, positions)
+    outputs = _head_logprobs(model, hidden[at], _next_tokens(tokens)[at], entropy=True,
+                             reference=(reference_hidden, lambda: reference_policy(model, reference)))  # fmt: skip
+    return tuple(_spread(values, at) for values in outputs)
 
 
 def trained_logprobs(
@@ -130,20 +147,33 @@ def _next_tokens(tokens: torch.Tensor) -> torch.Tensor:
 
 
 def _head_logprobs(
-    model: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, *, entropy: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
+    model: torch.nn.Module,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    entropy: bool,
+    reference: tuple[torch.Tensor, Callable[[], AbstractContextManager[None]]] | None = None,
+) -> tuple[torch.Tensor, ...]:
     """Each row of ``hidden`` (positions × width): the log-probability of its target, and its entropy if asked (else
-    empty); the vocabulary logits exist a chunk of positions at a time."""
+    empty); the vocabulary logits exist a chunk of positions at a time. With ``reference`` (the reference's hidden
+    states at the same positions, and a context in which the model computes as the reference) also the reference's
+    log-probability of each target and each position's exact KL from the reference (rl_measures.exact_kl)."""
     head = model.get_output_embeddings()
-    logprobs, entropies = [], []
+    outputs: tuple[list[torch.Tensor], ...] = ([], [], [], [])
     for start in range(0, hidden.shape[0], LOGPROB_CHUNK):
-        log_softmax = torch.log_softmax(head(hidden[start : start + LOGPROB_CHUNK]).float(), dim=-1)
-        logprobs.append(log_softmax.gather(-1, targets[start : start + LOGPROB_CHUNK].unsqueeze(-1)).squeeze(-1))
+        part, chosen = slice(start, start + LOGPROB_CHUNK), targets[start : start + LOGPROB_CHUNK].unsqueeze(-1)
+        log_softmax = torch.log_softmax(head(hidden[part]).float(), dim=-1)
+        outputs[0].append(log_softmax.gather(-1, chosen).squeeze(-1))
         if entropy:
-            entropies.append(-(log_softmax.exp() * log_softmax).sum(-1).detach())
-    if not logprobs:  # no positions
-        return hidden.new_zeros(0, dtype=torch.float32), hidden.new_zeros(0, dtype=torch.float32)
-    return torch.cat(logprobs), torch.cat(entropies) if entropy else torch.empty(0)
+            outputs[1].append(-(log_softmax.exp() * log_softmax).sum(-1).detach())
+        if reference is not None:
+            with torch.no_grad(), reference[1]():
+                referenced = torch.log_softmax(head(reference[0][part]).float(), dim=-1)
+            outputs[2].append(referenced.gather(-1, chosen).squeeze(-1))
+            outputs[3].append(rl_measures.exact_kl(log_softmax.detach(), referenced))
+    if not outputs[0]:  # no positions
+        return tuple(hidden.new_zeros(0, dtype=torch.float32) for _ in outputs)
+    return tuple(torch.cat(values) if values else torch.empty(0) for values in outputs)
 
 
 def _backbone(model: torch.nn.Module) -> torch.nn.Module:
@@ -211,12 +241,13 @@ def grpo_step(
     reference: str | None = None,
 ) -> dict[str, float]:
     """Accumulate ART's loss over the packed rows (weighted by their assistant tokens, so the step's loss is the
-    mean over all of them), then one optimizer step. Reports loss, entropy, KL to the reference (the adapter named
-    ``reference``, or the base model with the adapter disabled) and the gradient norm."""
+    mean over all of them), then one optimizer step. Reports loss, entropy, the exact KL to the reference (the adapter
+    named ``reference``, or the base model with the adapter disabled), ``probs_corr`` and the gradient norm."""
     device = next(model.parameters()).device
     rows = packed["tokens"].shape[0]
     total = float(packed["assistant_mask"].sum()) or 1.0
-    sums = {"loss": 0.0, "entropy": 0.0, "kl_policy_ref": 0.0, "probs_corr": 0.0}
+    sums = {"loss": 0.0, "entropy": 0.0, "kl_policy_ref": 0.0}
+    sampled: list[torch.Tensor] = []
     optimizer.zero_grad(set_to_none=True)
     model.train()
     with adapter_in_base_dtype(model):  # the backward recomputes checkpointed layers under the forward's rule
@@ -224,23 +255,21 @@ def grpo_step(
             inputs = {k: v[batch].to(device) for k, v in packed.items() if isinstance(v, torch.Tensor)}
             mask = packed_attention_mask(inputs["group_ids"], inputs["parent_ids"])
             read = read_positions(inputs)
-            new, entropies = token_logprobs(model, inputs["tokens"], mask, inputs["input_pos"], entropy=True, at=read)
-            with torch.no_grad(), reference_policy(model, reference):
-                referenced, _ = token_logprobs(model, inputs["tokens"], mask, inputs["input_pos"], at=read)
-            # ART's loss outside the adapter's autocast, as ART runs it: under it the loss's torch.corrcoef multiplies
-            # in bfloat16, and probs_corr read 1.0 or 0.996, nothing between
+            new, entropies, referenced, kl = policy_and_reference(model, inputs, mask, read, reference)
+            # ART's loss outside the adapter's autocast, in float32, as ART runs it
             with torch.autocast(device.type, enabled=False):
                 loss = loss_fn(inputs, new, referenced, entropies, config)  # type: ignore[arg-type]
             share = float(inputs["assistant_mask"].sum()) / total  # ART's loss is a mean over the batch's tokens
             (loss.policy_loss * share).backward()
             sums["loss"] += loss.policy_loss.item() * share
             sums["entropy"] += float(loss.entropy or 0.0) * share
-            sums["kl_policy_ref"] += _kl(new.detach(), referenced, inputs["assistant_mask"]) * share
-            if not math.isnan(corr := loss.probs_corr.item()):
-                sums["probs_corr"] += corr * share
+            sums["kl_policy_ref"] += rl_measures.mean_over_trained(kl, inputs["assistant_mask"]) * share
+            sampled.append(rl_measures.sampled_probs(inputs, new.detach()))
     grad_norm = _step(model, optimizer, learning_rate, max_grad_norm)
     model.eval()
-    return {**sums, "grad_norm": grad_norm, "packed_rows": float(rows), "trained_tokens": total}
+    corr = rl_measures.probs_corr(sampled)
+    return {**sums, **({} if corr is None else {"probs_corr": corr}), "grad_norm": grad_norm,
+            "packed_rows": float(rows), "trained_tokens": total}  # fmt: skip
 
 
 @contextmanager
@@ -256,15 +285,6 @@ def reference_policy(model: Any, adapter: str | None) -> Iterator[None]:
         yield
     finally:
         model.set_adapter("default")
-
-
-def _kl(new: torch.Tensor, reference: torch.Tensor, assistant_mask: torch.Tensor) -> float:
-    """Mean per-token KL estimate (k3) of the policy from the reference over the assistant tokens."""
-    shifted = torch.nn.functional.pad(assistant_mask[:, 1:], (0, 1), value=False)
-    if not shifted.any():
-        return 0.0
-    diff = (reference - new)[shifted]
-    return float((diff.exp() - 1 - diff).mean())
 
 
 def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, learning_rate: float, max_grad_norm: float) -> float:
