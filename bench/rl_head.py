@@ -83,15 +83,15 @@ def main() -> None:
 @contextmanager
 def _as_before(ab: str, before: bool) -> Iterator[None]:
     """The step as it was, for the duration, where ``before``: the head at every position, or every row whole."""
-    everywhere, minimum = training.token_logprobs, shared_prefix.MIN_SHARED
+    read, minimum = training.read_positions, shared_prefix.MIN_SHARED
     if before and ab == "head":
-        training.token_logprobs = lambda *a, at=None, **kw: everywhere(*a, **kw)
+        training.read_positions = lambda inputs: torch.ones_like(inputs["assistant_mask"], dtype=torch.bool)
     if before and ab == "shared_prefix":
         shared_prefix.MIN_SHARED = sys.maxsize
     try:
         yield
     finally:
-        training.token_logprobs, shared_prefix.MIN_SHARED = everywhere, minimum
+        training.read_positions, shared_prefix.MIN_SHARED = read, minimum
 
 
 if __name__ == "__main__":

@@ -235,21 +235,25 @@ def child(out: Path, argv: list[str]) -> None:
 
         setattr(owner, name, wrapper)
 
-    logprobs = training.token_logprobs
+    passes, hidden = training.policy_and_reference, training._hidden
 
-    def counted_logprobs(model: Any, tokens: Any, *args: Any, **kw: Any) -> Any:
-        started = time.perf_counter()
-        result = logprobs(model, tokens, *args, **kw)
-        kind = "policy_forward" if torch.is_grad_enabled() else "reference_forward"
-        at = kw.get("at")
-        logits = tokens.numel() if at is None else int(at.sum())
+    def counted_passes(model: Any, inputs: Any, mask: Any, at: Any, *args: Any, **kw: Any) -> Any:
+        tokens = inputs["tokens"]  # an RL micro-batch: the policy's pass and the reference's, the head at ``at``
         with c.lock:
-            c.rows.append({"phase": c.phase, "kind": kind, "rows": tokens.shape[0], "n": tokens.shape[1],
-                           "logits": logits})  # fmt: skip
-        c.time(kind, time.perf_counter() - started)
-        return result
+            c.rows.append({"phase": c.phase, "kind": "policy_forward", "rows": tokens.shape[0], "n": tokens.shape[1],
+                           "logits": int(at.sum())})  # fmt: skip
+        return passes(model, inputs, mask, at, *args, **kw)
 
-    training.token_logprobs = counted_logprobs
+    def timed_hidden(*args: Any, **kw: Any) -> Any:
+        if torch.is_grad_enabled():
+            return hidden(*args, **kw)
+        started = time.perf_counter()  # the reference's body; its head runs beside the policy's
+        try:
+            return hidden(*args, **kw)
+        finally:
+            c.time("reference_forward", time.perf_counter() - started)
+
+    training.policy_and_reference, training._hidden = counted_passes, timed_hidden
     timed(generation.Generator, "generate", "sampling")
     timed(training, "grpo_step", "grpo_step")
     timed(training, "_step", "optimizer")
