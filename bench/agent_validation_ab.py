@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "HF_HUB_OFFLINE": "1"}
+sys.path.insert(0, str(ROOT / "bench"))
+import checkout_ab  # noqa: E402
 
 
 async def sweep(examples: int, data: Path, env_name: str, env_args: dict) -> dict:
@@ -52,24 +50,14 @@ async def sweep(examples: int, data: Path, env_name: str, env_args: dict) -> dic
             "sampled_tokens": [completion_tokens(t) for t in sampled]}  # fmt: skip
 
 
-def run(checkout: Path, examples: int, data: Path, env_name: str, env_args: dict) -> dict:
-    with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        command = [sys.executable, __file__, "--child", str(checkout), str(examples), str(data), out.name, env_name,
-                   json.dumps(env_args)]  # fmt: skip
-        subprocess.run(command, cwd=checkout, env={**os.environ, **ENV}, check=True)
-        return json.loads(Path(out.name).read_text())
-
-
 def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--child":  # the checkout's code first on the path, then its sweep
+    if (child := checkout_ab.child_arguments()) is not None:  # the checkout's code first on the path, then its sweep
         import asyncio
 
-        sys.path.insert(0, sys.argv[2])
-        result = asyncio.run(sweep(int(sys.argv[3]), Path(sys.argv[4]), sys.argv[6], json.loads(sys.argv[7])))
-        Path(sys.argv[5]).write_text(json.dumps(result))
+        examples, data, env_name, env_args = child[:4]
+        checkout_ab.write_result(child, asyncio.run(sweep(int(examples), Path(data), env_name, json.loads(env_args))))
         return
-    sys.path.insert(0, str(ROOT / "bench"))  # here, not in a child: env_rl imports this tree's service package
-    from env_rl import machine  # the CPU model and its vector units, as every bench names them
+    from env_rl import machine  # the CPU model and its vector units (here, not in a child: it imports this tree's code)
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", type=Path, required=True)
@@ -83,17 +71,16 @@ def main() -> None:
     args = parser.parse_args()
     env_args = {key: int(value) if value.lstrip("-").isdigit() else value
                 for key, value in (item.split("=", 1) for item in args.env_arg)}  # fmt: skip
-    rounds: dict[str, list[dict]] = {"before": [], "after": []}
-    for _ in range(args.rounds):
-        for side, checkout in (("before", args.before), ("after", args.after)):
-            with tempfile.TemporaryDirectory() as scratch:
-                data = Path(scratch)
-                (data / "cache").symlink_to((args.data / "cache").resolve())
-                result = run(checkout.resolve(), args.examples, data, args.env, env_args)
-            rounds[side].append(result)
-            print(f"{side}: {result['wall_s']:.1f} s, CPU {100 * result['cpu_s'] / result['wall_s']:.0f}%, "
-                  f"{result['tokens']} tokens, accuracy {result['accuracy']} (greedy {result['greedy_accuracy']}), "
-                  f"{result['outcomes']}", flush=True)
+
+    def side(checkout: Path, data: Path) -> dict:
+        return checkout_ab.run_child(__file__, checkout, str(args.examples), str(data), args.env, json.dumps(env_args))
+
+    def report(name: str, result: dict) -> None:
+        print(f"{name}: {result['wall_s']:.1f} s, CPU {100 * result['cpu_s'] / result['wall_s']:.0f}%, "
+              f"{result['tokens']} tokens, accuracy {result['accuracy']} (greedy {result['greedy_accuracy']}), "
+              f"{result['outcomes']}", flush=True)
+
+    rounds = checkout_ab.alternate(args.before, args.after, args.rounds, args.data / "cache", side, report)
     same = sum(a == b for a, b in zip(rounds["before"][0]["sampled_replies"], rounds["after"][0]["sampled_replies"]))
     summary = {side: {"median_wall_s": statistics.median(r["wall_s"] for r in results),
                       "walls_s": [round(r["wall_s"], 1) for r in results]} for side, results in rounds.items()}  # fmt: skip

@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "HF_HUB_OFFLINE": "1"}
+sys.path.insert(0, str(ROOT / "bench"))
+import checkout_ab  # noqa: E402
 
 
 def steps(env_name: str, episodes: int, timed: int, data: Path) -> dict:
@@ -49,22 +47,12 @@ def steps(env_name: str, episodes: int, timed: int, data: Path) -> dict:
             "precision": str(engine.dtype), "metrics": metrics}  # fmt: skip
 
 
-def run(checkout: Path, env_name: str, episodes: int, timed: int, data: Path) -> dict:
-    with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        command = [sys.executable, __file__, "--child", str(checkout), env_name, str(episodes), str(timed), str(data),
-                   out.name]  # fmt: skip
-        subprocess.run(command, cwd=checkout, env={**os.environ, **ENV}, check=True)
-        return json.loads(Path(out.name).read_text())
-
-
 def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--child":  # the checkout's code first on the path, then its steps
-        sys.path.insert(0, sys.argv[2])
-        result = steps(sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), Path(sys.argv[6]))
-        Path(sys.argv[7]).write_text(json.dumps(result))
+    if (child := checkout_ab.child_arguments()) is not None:  # the checkout's code first on the path, then its steps
+        env_name, episodes, timed, data = child[:4]
+        checkout_ab.write_result(child, steps(env_name, int(episodes), int(timed), Path(data)))
         return
-    sys.path.insert(0, str(ROOT / "bench"))  # here, not in a child: env_rl imports this tree's service package
-    from env_rl import machine  # the CPU model and its vector units, as every bench names them
+    from env_rl import machine  # the CPU model and its vector units (here, not in a child: it imports this tree's code)
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", type=Path, required=True)
@@ -76,15 +64,14 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=ROOT / ".artsvc", help="where the converted base model is cached")
     parser.add_argument("--label", default="")
     args = parser.parse_args()
-    rounds: dict[str, list[dict]] = {"before": [], "after": []}
-    for _ in range(args.rounds):
-        for side, checkout in (("before", args.before), ("after", args.after)):
-            with tempfile.TemporaryDirectory() as scratch:
-                data = Path(scratch)
-                (data / "cache").symlink_to((args.data / "cache").resolve())
-                result = run(checkout.resolve(), args.env, args.episodes, args.steps, data)
-            rounds[side].append(result)
-            print(f"{side}: {[round(s, 2) for s in result['seconds']]} s a step", flush=True)
+
+    def side(checkout: Path, data: Path) -> dict:
+        return checkout_ab.run_child(__file__, checkout, args.env, str(args.episodes), str(args.steps), str(data))
+
+    def report(name: str, result: dict) -> None:
+        print(f"{name}: {[round(s, 2) for s in result['seconds']]} s a step", flush=True)
+
+    rounds = checkout_ab.alternate(args.before, args.after, args.rounds, args.data / "cache", side, report)
     summary = {side: {"median_step_s": statistics.median(s for r in results for s in r["seconds"])}
                for side, results in rounds.items()}  # fmt: skip
     summary["after_over_before"] = summary["after"]["median_step_s"] / summary["before"]["median_step_s"]
