@@ -51,10 +51,21 @@ def same_adapter(bf16: PolicyEngine, f32: PolicyEngine, seed: int = 1) -> None:
                 b.copy_(a)
 
 
+def load_adapter(engine: PolicyEngine, folder: Path) -> None:
+    from peft import set_peft_model_state_dict
+    from peft.utils import load_peft_weights
+
+    set_peft_model_state_dict(engine.model, load_peft_weights(str(folder), device="cpu"))
+
+
 def float32_head(engine: PolicyEngine) -> None:
     head = engine.model.get_output_embeddings()
     weight = head.weight.detach().float()
-    head.forward = types.MethodType(lambda self, hidden: torch.nn.functional.linear(hidden.float(), weight), head)
+    def forward(self: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", enabled=False):  # the sampler runs under the adapter's bf16 autocast
+            return torch.nn.functional.linear(hidden.float(), weight)
+
+    head.forward = types.MethodType(forward, head)
 
 
 def refined_head(engine: PolicyEngine, top: int) -> None:
@@ -96,12 +107,17 @@ def main() -> None:
     parser.add_argument("--problems", type=int, default=16)
     parser.add_argument("--float32-head", action="store_true")
     parser.add_argument("--refined-head", type=int, default=0, metavar="K")
+    parser.add_argument("--adapter", type=Path, help="a trained adapter (a job's checkpoint folder) in both models")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="probs-corr-") as work:
         base = resolve_base_model("SmolLM2-135M-Instruct", Path(work) / "base-models")
         bf16 = PolicyEngine(Path(work) / "bf16", base, dtype=torch.bfloat16)
         f32 = PolicyEngine(Path(work) / "f32", base, dtype=torch.float32)
-        same_adapter(bf16, f32)
+        if args.adapter:
+            load_adapter(bf16, args.adapter)
+            load_adapter(f32, args.adapter)
+        else:
+            same_adapter(bf16, f32)
         if args.float32_head:
             float32_head(bf16)
         if args.refined_head:
@@ -116,6 +132,7 @@ def main() -> None:
         sampler = torch.tensor([v for s in samples for v in s.logprobs])
         trainer, reference = trainer_logprobs(bf16, replies), trainer_logprobs(f32, replies)
     position = torch.tensor([i for s in samples for i in range(len(s.token_ids))])
+    reply = torch.tensor([r for r, s in enumerate(samples) for _ in s.token_ids])
     gap = (sampler - trainer).abs()
     by_position = {}
     for name, chosen in (("0", position == 0), ("1", position == 1), ("2", position == 2), ("3+", position >= 3)):
@@ -126,17 +143,23 @@ def main() -> None:
         "machine": machine(),
         "float32_head": args.float32_head,
         "refined_head": args.refined_head,
+        "adapter": str(args.adapter) if args.adapter else "random (LoRA B drawn at 0.002)",
         "tokens": len(sampler),
         "corr_sampler_trainer": corr(sampler, trainer),
         "corr_sampler_float32": corr(sampler, reference),
         "corr_trainer_float32": corr(trainer, reference),
         "max_abs_logprob_gap": float(gap.max()),
+        "mean_abs_logprob_gap_to_float32": {"sampler": float((sampler - reference).abs().mean()),
+                                            "trainer": float((trainer - reference).abs().mean())},
+        "max_abs_logprob_gap_to_float32": {"sampler": float((sampler - reference).abs().max()),
+                                           "trainer": float((trainer - reference).abs().max())},
         "by_reply_position": by_position,
-        "largest_gaps": [{"position": int(position[k]), "sampler": float(sampler[k].exp()),
+        "largest_gaps": [{"position": int(position[k]), "reply": int(reply[k]), "sampler": float(sampler[k].exp()),
                           "trainer": float(trainer[k].exp()), "float32": float(reference[k].exp())}
                          for k in gap.argsort(descending=True)[:8].tolist()],  # fmt: skip
     }
     suffix = "_float32_head" if args.float32_head else f"_refined_head{args.refined_head}" if args.refined_head else ""
+    suffix += "_trained" if args.adapter else ""
     out = ROOT / "bench" / "results" / f"probs_corr{suffix}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "largest_gaps"}, indent=2))
