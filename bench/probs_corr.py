@@ -15,6 +15,7 @@ one change that leaves the body in bf16. Writes ``bench/results/probs_corr[_floa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -107,11 +108,14 @@ def main() -> None:
     parser.add_argument("--problems", type=int, default=16)
     parser.add_argument("--float32-head", action="store_true")
     parser.add_argument("--refined-head", type=int, default=0, metavar="K")
+    parser.add_argument("--mixed", action="store_true",
+                        help="the sampler and trainer a float32 model under bf16 autocast: products in bf16, the rest float32")
     parser.add_argument("--adapter", type=Path, help="a trained adapter (a job's checkpoint folder) in both models")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="probs-corr-") as work:
         base = resolve_base_model("SmolLM2-135M-Instruct", Path(work) / "base-models")
-        bf16 = PolicyEngine(Path(work) / "bf16", base, dtype=torch.bfloat16)
+        bf16 = PolicyEngine(Path(work) / "bf16", base, dtype=torch.float32 if args.mixed else torch.bfloat16)
+        computing = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.mixed else contextlib.nullcontext
         f32 = PolicyEngine(Path(work) / "f32", base, dtype=torch.float32)
         if args.adapter:
             load_adapter(bf16, args.adapter)
@@ -127,10 +131,13 @@ def main() -> None:
         prompts = [tuple(chat.render_prompt(bf16.tokenizer, env.opening(s), None)) for s in scenarios]
         requests = [SamplingRequest(prompt_ids=p, n=GROUP_SIZE, max_tokens=MAX_TOKENS, seed=i)
                     for i, p in enumerate(prompts)]  # fmt: skip
-        samples = [s for prompt_samples in bf16.generate(requests) for s in prompt_samples]
+        with computing():
+            samples = [s for prompt_samples in bf16.generate(requests) for s in prompt_samples]
         replies = [(prompts[i // GROUP_SIZE], s.token_ids) for i, s in enumerate(samples)]  # a request's n in order
         sampler = torch.tensor([v for s in samples for v in s.logprobs])
-        trainer, reference = trainer_logprobs(bf16, replies), trainer_logprobs(f32, replies)
+        with computing():
+            trainer = trainer_logprobs(bf16, replies)
+        reference = trainer_logprobs(f32, replies)
     position = torch.tensor([i for s in samples for i in range(len(s.token_ids))])
     reply = torch.tensor([r for r, s in enumerate(samples) for _ in s.token_ids])
     gap = (sampler - trainer).abs()
@@ -143,6 +150,7 @@ def main() -> None:
         "machine": machine(),
         "float32_head": args.float32_head,
         "refined_head": args.refined_head,
+        "mixed": args.mixed,
         "adapter": str(args.adapter) if args.adapter else "random (LoRA B drawn at 0.002)",
         "tokens": len(sampler),
         "corr_sampler_trainer": corr(sampler, trainer),
@@ -159,7 +167,7 @@ def main() -> None:
                          for k in gap.argsort(descending=True)[:8].tolist()],  # fmt: skip
     }
     suffix = "_float32_head" if args.float32_head else f"_refined_head{args.refined_head}" if args.refined_head else ""
-    suffix += "_trained" if args.adapter else ""
+    suffix += ("_mixed" if args.mixed else "") + ("_trained" if args.adapter else "")
     out = ROOT / "bench" / "results" / f"probs_corr{suffix}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "largest_gaps"}, indent=2))
