@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 
 from service.backends.embedded.policy import CharGPT
-from service.backends.rl_measures import exact_kl
 from service.backends.embedded.sequences import Batch
+from service.backends.rl_measures import exact_kl
 
 
 def token_logprobs(policy: CharGPT, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
