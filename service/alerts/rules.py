@@ -13,6 +13,8 @@ the same series again gives the same alerts and a condition that keeps holding f
   ``reward_plateau_steps`` steps whose mean rewards span less than ``reward_jump / 2``.
 - collapse: ``zero_variance_groups / groups >= collapse_fraction`` (no learning signal).
 - kl_spike: KL to the reference above ``kl_threshold``.
+  These two read one step each, and a healthy job's readings wander across their thresholds (the main job's KL
+  crossed 0.5 eight times in 36 steps): each fires again only after ``rearm_steps`` steps in a row clear of it.
 - judge_failures: the judge could not score ``judge_failure_rate`` or more of the groups it was
   given so far (counted from the job's start, at least 4 groups in).
 - judge_disagreement: the mean, over the last ``judge_agreement_window`` judged steps, of the
@@ -95,8 +97,8 @@ def evaluate(
         *_plateau(points, validation, before.progress),
         *_divergence(steps, points, window=alerts.divergence_window, min_delta=validation.min_delta),
         *_reward_jump(steps, jump=alerts.reward_jump, plateau_steps=alerts.reward_plateau_steps),
-        *_collapse(steps, fraction=alerts.collapse_fraction),
-        *_kl_spike(steps, threshold=alerts.kl_threshold),
+        *_collapse(steps, fraction=alerts.collapse_fraction, rearm=alerts.rearm_steps),
+        *_kl_spike(steps, threshold=alerts.kl_threshold, rearm=alerts.rearm_steps),
         *_judge_failures(steps, rate=alerts.judge_failure_rate, before=before),
         *_judge_disagreement(judged, threshold=alerts.judge_agreement, window=alerts.judge_agreement_window),
     ]
@@ -104,12 +106,13 @@ def evaluate(
 
 
 def _fire(kind: str, rows: Sequence[StepPoint] | Sequence[ValPoint], found: list[dict[str, Any] | None],
-          message: Callable[[dict[str, Any]], str]) -> list[Candidate]:  # fmt: skip
-    """A candidate at each row where the rule's evidence appears: present there, absent just before."""
+          message: Callable[[dict[str, Any]], str], rearm: int = 1) -> list[Candidate]:  # fmt: skip
+    """A candidate at each row where the rule's evidence appears: present there, absent from the ``rearm`` rows
+    just before (the rows before the first count as absent)."""
     return [
         Candidate(kind, rows[i].step, message(evidence), evidence)
         for i, evidence in enumerate(found)
-        if evidence is not None and (i == 0 or found[i - 1] is None)
+        if evidence is not None and all(e is None for e in found[max(0, i - rearm) : i])
     ]
 
 
@@ -182,7 +185,7 @@ def _reward_jump(steps: Sequence[StepPoint], *, jump: float, plateau_steps: int)
     return _fire("reward_jump", steps, [at(i) for i in range(len(steps))], message)
 
 
-def _collapse(steps: Sequence[StepPoint], *, fraction: float) -> list[Candidate]:
+def _collapse(steps: Sequence[StepPoint], *, fraction: float, rearm: int) -> list[Candidate]:
     def at(s: StepPoint) -> dict[str, Any] | None:
         share = s.zero_variance_groups / s.groups if s.groups > 0 else 0.0
         if share < fraction:
@@ -193,12 +196,12 @@ def _collapse(steps: Sequence[StepPoint], *, fraction: float) -> list[Candidate]
     def message(e: dict[str, Any]) -> str:
         return f"{e['zero_variance_groups']} of {e['groups']} groups have zero reward variance: no learning signal"
 
-    return _fire("collapse", steps, [at(s) for s in steps], message)
+    return _fire("collapse", steps, [at(s) for s in steps], message, rearm)
 
 
-def _kl_spike(steps: Sequence[StepPoint], *, threshold: float) -> list[Candidate]:
+def _kl_spike(steps: Sequence[StepPoint], *, threshold: float, rearm: int) -> list[Candidate]:
     found = [{"kl": s.kl, "threshold": threshold} if s.kl is not None and s.kl > threshold else None for s in steps]
-    return _fire("kl_spike", steps, found, lambda e: f"KL to the reference is {e['kl']:.4g} nats, past {threshold}")
+    return _fire("kl_spike", steps, found, lambda e: f"KL to the reference is {e['kl']:.4g} nats, past {threshold}", rearm)
 
 
 def _judge_failures(steps: Sequence[StepPoint], *, rate: float, before: Before) -> list[Candidate]:

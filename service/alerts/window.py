@@ -4,7 +4,7 @@ A rule's alert at a row depends on the rows up to it alone, and ``check_alerts``
 step row and validation point, so only the newest step and the newest point can hold an alert that an
 earlier call has not stored. Deciding those (whether the condition holds there, and did not just before) takes:
 
-- collapse, kl_spike: the newest two steps;
+- collapse, kl_spike: the newest ``rearm_steps + 1`` steps;
 - judge_failures: the newest two steps and the counts of the steps before (their running totals);
 - reward_jump: ``reward_plateau_steps + 2`` steps;
 - divergence: ``divergence_window + 1`` points, and every step after the oldest of them (the reward slope);
@@ -23,7 +23,7 @@ from service.spec import AlertSpec
 
 def step_rows(alerts: AlertSpec) -> int:
     """The newest steps to read (and any after the oldest point read)."""
-    return alerts.reward_plateau_steps + 2
+    return max(alerts.reward_plateau_steps + 2, alerts.rearm_steps + 1)
 
 
 def point_rows(alerts: AlertSpec) -> int:

@@ -108,7 +108,7 @@ def test_reward_jump_needs_a_plateau_before_and_a_big_enough_rise():
 
 
 def test_collapse_fires_where_it_newly_holds():
-    found = alerts_of(training([0.5] * 5, zero=[1, 7, 8, 2, 6]), collapse_fraction=0.75)
+    found = alerts_of(training([0.5] * 5, zero=[1, 7, 8, 2, 6]), collapse_fraction=0.75, rearm_steps=1)
     assert kinds_at(found) == [("collapse", 2), ("collapse", 5)]
     assert found[0].evidence == {"zero_variance_groups": 7, "groups": 8, "fraction": 0.875, "threshold": 0.75}
     assert found[1].evidence["fraction"] == 0.75  # the threshold itself counts
@@ -116,9 +116,30 @@ def test_collapse_fires_where_it_newly_holds():
 
 
 def test_kl_spike_fires_when_it_newly_crosses():
-    found = alerts_of(training([0.5] * 6, kl=[0.1, 0.6, 0.7, 0.2, None, 0.9]), kl_threshold=0.5)
+    found = alerts_of(training([0.5] * 6, kl=[0.1, 0.6, 0.7, 0.2, None, 0.9]), kl_threshold=0.5, rearm_steps=1)
     assert kinds_at(found) == [("kl_spike", 2), ("kl_spike", 6)]
     assert found[0].evidence == {"kl": 0.6, "threshold": 0.5}
+
+
+# The main job's exact KL over its first 24 steps (bench/results/math_rl_zen4_slow_1129_exact_kl.json), healthy drift
+# that crosses 0.5 at steps 6, 10, 14, 18, 21 and 23.
+MAIN_JOB_KL = [0.0, 0.014, 0.012, 0.156, 0.374, 0.503, 0.449, 0.223, 0.098, 0.597, 0.388, 0.134, 0.291, 0.547, 0.563,
+               0.381, 0.457, 0.518, 0.556, 0.41, 0.534, 0.445, 0.533, 0.387]  # fmt: skip
+
+
+def test_a_reading_that_flickers_across_its_threshold_fires_once():
+    steps = training([0.5] * len(MAIN_JOB_KL), kl=MAIN_JOB_KL)
+    assert kinds_at(alerts_of(steps, rearm_steps=1)) == [("kl_spike", s) for s in (6, 10, 14, 18, 21, 23)]
+    assert kinds_at(alerts_of(steps)) == [("kl_spike", 6)]  # never 5 steps clear after it: one condition
+
+
+@pytest.mark.parametrize("kind", ["kl_spike", "collapse"])
+def test_a_condition_fires_again_after_rearm_steps_clear(kind):
+    holds = [False, True, False, False, True, False, False, False, True]  # clear 2 steps, then 3
+    kl, zero = [0.9 if h else 0.1 for h in holds], [8 if h else 0 for h in holds]
+    steps = training([0.5] * len(holds), zero=zero if kind == "collapse" else None, kl=kl if kind == "kl_spike" else None)
+    assert kinds_at(alerts_of(steps, rearm_steps=3)) == [(kind, 2), (kind, 9)]
+    assert kinds_at(alerts_of(steps, rearm_steps=2)) == [(kind, 2), (kind, 5), (kind, 9)]
 
 
 def test_alerts_come_ordered_by_step_then_kind():
@@ -181,6 +202,7 @@ thresholds = st.builds(
     judge_failure_rate=st.floats(min_value=0.01, max_value=1),
     judge_agreement=st.floats(min_value=-1, max_value=1),
     judge_agreement_window=st.integers(1, 5),
+    rearm_steps=st.integers(1, 8),
 )
 stopping = st.builds(ValidationSpec, patience=st.integers(1, 4), min_delta=st.floats(min_value=0, max_value=0.1))
 

@@ -28,7 +28,8 @@ def series(draw: st.DrawFn) -> dict[str, Any]:
         environment="math",
         validation=ValidationSpec(patience=draw(st.integers(1, 3)), min_delta=draw(st.sampled_from([0.0, 0.01, 0.05]))),
         alerts=AlertSpec(divergence_window=draw(st.integers(2, 4)), reward_plateau_steps=draw(st.integers(2, 4)),
-                         judge_agreement_window=draw(st.integers(1, 3)), collapse_fraction=0.5, judge_failure_rate=0.3),
+                         judge_agreement_window=draw(st.integers(1, 3)), collapse_fraction=0.5, judge_failure_rate=0.3,
+                         rearm_steps=draw(st.integers(1, 8))),
     )  # fmt: skip
     # reward rising while validation falls, for long stretches: divergence after divergence
     hacking = draw(st.booleans())
