@@ -216,8 +216,8 @@ class AlertSpec(_Section):
     kl_threshold: float = Field(0.5, gt=0, le=100, description="KL to the reference (nats) past which kl_spike fires.")
     collapse_fraction: float = Field(0.75, gt=0, le=1, description="Share of zero-variance groups in a step that fires collapse.")
     rearm_steps: int = Field(
-        5, ge=1, le=100, description="Steps in a row that collapse and kl_spike must stay clear before they fire again: "
-        "a reading that flickers across its threshold is one condition, and fires once.",
+        5, ge=1, le=100, description="Steps in a row that collapse, kl_spike, judge_failures and judge_disagreement "
+        "must stay clear before they fire again: a reading that flickers across its threshold is one condition.",
     )
     reward_jump: float = Field(0.2, gt=0, le=10, description="Rise of mean reward over one step, after a plateau, that fires reward_jump.")
     reward_plateau_steps: int = Field(

@@ -13,13 +13,14 @@ the same series again gives the same alerts and a condition that keeps holding f
   ``reward_plateau_steps`` steps whose mean rewards span less than ``reward_jump / 2``.
 - collapse: ``zero_variance_groups / groups >= collapse_fraction`` (no learning signal).
 - kl_spike: KL to the reference above ``kl_threshold``.
-  These two read one step each, and a healthy job's readings wander across their thresholds (the main job's KL
-  crossed 0.5 eight times in 36 steps): each fires again only after ``rearm_steps`` steps in a row clear of it.
 - judge_failures: the judge could not score ``judge_failure_rate`` or more of the groups it was
   given so far (counted from the job's start, at least 4 groups in).
 - judge_disagreement: the mean, over the last ``judge_agreement_window`` judged steps, of the
   per-group rank correlation between RULER scores and the trajectories' own rewards is under
   ``judge_agreement``: the judge no longer ranks as the environment's scorer does.
+
+The last four are read step by step, and a healthy job's readings wander across a threshold (the main job's KL
+crossed 0.5 eight times in 36 steps): each fires again only after ``rearm_steps`` of its rows in a row clear of it.
 
 A condition is judged from the rows up to its own step only, so rows recorded later never
 change an alert that was already given. That lets the store evaluate the newest rows alone, with
@@ -99,8 +100,9 @@ def evaluate(
         *_reward_jump(steps, jump=alerts.reward_jump, plateau_steps=alerts.reward_plateau_steps),
         *_collapse(steps, fraction=alerts.collapse_fraction, rearm=alerts.rearm_steps),
         *_kl_spike(steps, threshold=alerts.kl_threshold, rearm=alerts.rearm_steps),
-        *_judge_failures(steps, rate=alerts.judge_failure_rate, before=before),
-        *_judge_disagreement(judged, threshold=alerts.judge_agreement, window=alerts.judge_agreement_window),
+        *_judge_failures(steps, rate=alerts.judge_failure_rate, before=before, rearm=alerts.rearm_steps),
+        *_judge_disagreement(judged, threshold=alerts.judge_agreement, window=alerts.judge_agreement_window,
+                             rearm=alerts.rearm_steps),
     ]
     return sorted(found, key=lambda c: (c.step, KINDS.index(c.kind)))
 
@@ -204,7 +206,7 @@ def _kl_spike(steps: Sequence[StepPoint], *, threshold: float, rearm: int) -> li
     return _fire("kl_spike", steps, found, lambda e: f"KL to the reference is {e['kl']:.4g} nats, past {threshold}", rearm)
 
 
-def _judge_failures(steps: Sequence[StepPoint], *, rate: float, before: Before) -> list[Candidate]:
+def _judge_failures(steps: Sequence[StepPoint], *, rate: float, before: Before, rearm: int) -> list[Candidate]:
     given, dropped, found = before.judge_groups, before.judge_dropped_groups, []
     for s in steps:
         given, dropped = given + s.judge_groups, dropped + s.judge_dropped_groups
@@ -215,10 +217,10 @@ def _judge_failures(steps: Sequence[StepPoint], *, rate: float, before: Before) 
     def message(e: dict[str, Any]) -> str:
         return f"the judge could not score {e['dropped_groups']} of {e['judged_groups']} groups ({e['rate']:.0%}): check the judge"
 
-    return _fire("judge_failures", steps, found, message)
+    return _fire("judge_failures", steps, found, message, rearm)
 
 
-def _judge_disagreement(judged: Sequence[StepPoint], *, threshold: float, window: int) -> list[Candidate]:
+def _judge_disagreement(judged: Sequence[StepPoint], *, threshold: float, window: int, rearm: int) -> list[Candidate]:
     def at(i: int) -> dict[str, Any] | None:
         if i + 1 < window:
             return None
@@ -232,4 +234,4 @@ def _judge_disagreement(judged: Sequence[StepPoint], *, threshold: float, window
         return (f"RULER scores and the environment's own rewards rank trajectories differently (mean rank correlation "
                 f"{e['agreement']:+.3f} over {e['window']} steps, under {e['threshold']}): read the rollouts")  # fmt: skip
 
-    return _fire("judge_disagreement", judged, [at(i) for i in range(len(judged))], message)
+    return _fire("judge_disagreement", judged, [at(i) for i in range(len(judged))], message, rearm)

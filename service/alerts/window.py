@@ -4,13 +4,13 @@ A rule's alert at a row depends on the rows up to it alone, and ``check_alerts``
 step row and validation point, so only the newest step and the newest point can hold an alert that an
 earlier call has not stored. Deciding those (whether the condition holds there, and did not just before) takes:
 
-- collapse, kl_spike: the newest ``rearm_steps + 1`` steps;
-- judge_failures: the newest two steps and the counts of the steps before (their running totals);
+- collapse, kl_spike: the newest ``rearm_steps + 1`` steps (each fires again only after that many clear rows);
+- judge_failures: the newest ``rearm_steps + 1`` steps and the counts of the steps before (their running totals);
 - reward_jump: ``reward_plateau_steps + 2`` steps;
 - divergence: ``divergence_window + 1`` points, and every step after the oldest of them (the reward slope);
 - plateau: the newest two points and the stopping fold before them (stored on the point before), and
   whether it fired already (it fires once: the store's alerts say);
-- judge_disagreement: the ``judge_agreement_window + 1`` newest judged steps, however far back they are.
+- judge_disagreement: the ``judge_agreement_window + rearm_steps`` newest judged steps, however far back they are.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def point_rows(alerts: AlertSpec) -> int:
 
 def judged_rows(alerts: AlertSpec) -> int:
     """The newest judged steps to read."""
-    return alerts.judge_agreement_window + 1
+    return alerts.judge_agreement_window + alerts.rearm_steps
 
 
 def fresh(candidates: Sequence[Candidate], *, newest_step: int | None, newest_point: int | None) -> list[Candidate]:

@@ -133,13 +133,19 @@ def test_a_reading_that_flickers_across_its_threshold_fires_once():
     assert kinds_at(alerts_of(steps)) == [("kl_spike", 6)]  # never 5 steps clear after it: one condition
 
 
-@pytest.mark.parametrize("kind", ["kl_spike", "collapse"])
+FLICKER = [False, True, False, False, True, False, False, False, True]  # holds at steps 2, 5 and 9: clear 2 steps, then 3
+
+
+@pytest.mark.parametrize("kind", ["kl_spike", "collapse", "judge_disagreement"])
 def test_a_condition_fires_again_after_rearm_steps_clear(kind):
-    holds = [False, True, False, False, True, False, False, False, True]  # clear 2 steps, then 3
-    kl, zero = [0.9 if h else 0.1 for h in holds], [8 if h else 0 for h in holds]
-    steps = training([0.5] * len(holds), zero=zero if kind == "collapse" else None, kl=kl if kind == "kl_spike" else None)
-    assert kinds_at(alerts_of(steps, rearm_steps=3)) == [(kind, 2), (kind, 9)]
-    assert kinds_at(alerts_of(steps, rearm_steps=2)) == [(kind, 2), (kind, 5), (kind, 9)]
+    steps = {
+        "kl_spike": training([0.5] * 9, kl=[0.9 if h else 0.1 for h in FLICKER]),
+        "collapse": training([0.5] * 9, zero=[8 if h else 0 for h in FLICKER]),
+        "judge_disagreement": judged([0] * 9, agreement=[-0.5 if h else 0.5 for h in FLICKER]),
+    }[kind]
+    thresholds = {"judge_agreement": 0.0, "judge_agreement_window": 1}
+    assert kinds_at(alerts_of(steps, rearm_steps=3, **thresholds)) == [(kind, 2), (kind, 9)]
+    assert kinds_at(alerts_of(steps, rearm_steps=2, **thresholds)) == [(kind, 2), (kind, 5), (kind, 9)]
 
 
 def test_alerts_come_ordered_by_step_then_kind():
@@ -158,6 +164,13 @@ def test_judge_failures_fires_once_the_share_of_unscored_groups_reaches_the_thre
     found = alerts_of(judged([0, 1, 0, 3, 0, 0]), judge_failure_rate=0.2)  # 0/4, 1/8, 1/12, 4/16, 4/20, 4/24
     assert kinds_at(found) == [("judge_failures", 4)]  # once, though it still holds at step 5
     assert found[0].evidence == {"dropped_groups": 4, "judged_groups": 16, "rate": 0.25, "threshold": 0.2}
+
+
+def test_judge_failures_re_arms_after_rearm_steps_clear():
+    # the running share 0/4, 3/8, 3/12, 3/16, 5/20, 5/24, 5/28, 5/32, 9/36 holds at steps 2, 3, 5 and 9 (0.25 counts)
+    steps = judged([0, 3, 0, 0, 2, 0, 0, 0, 4])
+    assert kinds_at(alerts_of(steps, judge_failure_rate=0.25, rearm_steps=1)) == [("judge_failures", s) for s in (2, 5, 9)]
+    assert kinds_at(alerts_of(steps, judge_failure_rate=0.25, rearm_steps=2)) == [("judge_failures", s) for s in (2, 9)]
 
 
 def test_judge_failures_needs_a_few_groups_before_it_speaks():
