@@ -165,9 +165,10 @@ def test_a_steps_probs_corr_is_one_correlation_over_all_its_sampled_tokens(tiny_
     assert "probs_corr" not in step(training.TRAIN_BATCH_TOKENS)
 
 
-def test_a_bfloat16_base_runs_its_adapters_products_in_bfloat16_when_sampling_and_training(tiny_lm, tmp_path):
-    """Both sides compute the adapter as the base (precision.adapter_in_base_dtype): no float32 copy of an activation
-    goes into a LoRA product, while the adapter's weights stay float32."""
+def test_a_bfloat16_base_runs_its_adapters_products_in_bfloat16_when_training(tiny_lm, tmp_path):
+    """The trainer computes the adapter as the base (precision.adapter_in_base_dtype): no float32 copy of an activation
+    goes into a LoRA product, while the adapter's weights stay float32, sampling or not. (The sampler skips the LoRA
+    modules to the values they give under the same rule: the test after the next.)"""
     engine = _engine(tiny_lm, tmp_path / "model", torch.bfloat16)
     lora_a = next(m for n, m in engine.model.named_modules() if n.endswith("q_proj.lora_A.default"))
     seen: list[tuple[torch.dtype, torch.dtype]] = []
@@ -177,7 +178,7 @@ def test_a_bfloat16_base_runs_its_adapters_products_in_bfloat16_when_sampling_an
     tokens = torch.tensor([prompt])
     mask = torch.tril(torch.ones(1, len(prompt), len(prompt), dtype=torch.bool))
     training.token_logprobs(engine.model, tokens, mask, torch.arange(len(prompt)).unsqueeze(0))[0].sum().backward()
-    assert len(seen) >= 3 and set(seen) == {(torch.bfloat16, torch.bfloat16)}
+    assert seen and set(seen) == {(torch.bfloat16, torch.bfloat16)}
     assert lora_a.weight.dtype == torch.float32 and lora_a.weight.grad.dtype == torch.float32
     q_proj = next(m for n, m in engine.model.named_modules() if n.endswith("q_proj"))
     with precision.adapter_in_base_dtype(engine.model), precision.adapter_in_base_dtype(engine.model):  # nested
@@ -231,3 +232,61 @@ def test_a_steps_kl_is_the_exact_kl_of_each_trained_positions_distribution(tiny_
     metrics = training.grpo_step(engine.model, engine.optimizer, packed, learning_rate=0.0,  # type: ignore[arg-type]
                                  config=dev.TrainConfig(), max_grad_norm=1.0)  # fmt: skip
     assert expected > 0.01 and metrics["kl_policy_ref"] == pytest.approx(expected, rel=1e-4)
+
+
+def _lora_layers(engine: PolicyEngine) -> list[torch.nn.Module]:
+    from peft.tuners.lora.layer import Linear as LoraLinear
+
+    return [m for m in engine.model.modules() if isinstance(m, LoraLinear)]
+
+
+def _sampled(engine: PolicyEngine, weights: str) -> list[tuple]:
+    prompt = tuple(chat.render_prompt(engine.tokenizer, MESSAGES, None))
+    requests = [SamplingRequest(prompt_ids=prompt, n=3, max_tokens=12, seed=1, top_logprobs=3),
+                SamplingRequest(prompt_ids=prompt[:-2], n=2, max_tokens=12, temperature=0.0)]  # fmt: skip
+    drawn = engine.sampler.generate(requests, weights=weights)
+    return [(s.token_ids, s.logprobs, s.top_logprobs) for samples in drawn for s in samples]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_sampler_computes_its_adapter_directly_to_the_values_peft_gives(dtype, tiny_lm, tmp_path, monkeypatch):
+    """sampling_adapter.py: the adapted layers skip PEFT's forward while sampling, and every token, logprob and top
+    logprob is what PEFT's own forward (under the trainer's rule) gives, bit for bit."""
+    from contextlib import nullcontext
+
+    from peft.tuners.lora.layer import Linear as LoraLinear
+
+    from service.backends.transformers import generation
+
+    engine = _engine(tiny_lm, tmp_path / "model", dtype)
+    peft_forward, calls = LoraLinear.forward, []
+    monkeypatch.setattr(LoraLinear, "forward", lambda self, *a, **k: calls.append(1) or peft_forward(self, *a, **k))
+    direct = _sampled(engine, "direct")
+    assert calls == []  # no adapted layer went through PEFT's forward
+    monkeypatch.setattr(generation, "adapter_as_sampled", lambda model: nullcontext())
+    through_peft = _sampled(engine, "peft")
+    assert len(calls) > len(_lora_layers(engine))
+    assert direct == through_peft and any(tokens for tokens, _, _ in direct)
+
+
+def test_the_sampler_computes_the_active_adapter_and_gives_peft_back_its_forward(tiny_lm, tmp_path):
+    """The adapter sampled is the active one (an older step's, set for its requests); a layer PEFT would run otherwise
+    (adapters disabled) keeps PEFT's forward; on leaving, an error included, every layer has PEFT's forward again."""
+    from service.backends.transformers.sampling_adapter import adapter_as_sampled
+
+    engine = _engine(tiny_lm, tmp_path / "model", torch.bfloat16)
+    layers = _lora_layers(engine)
+    trained = _sampled(engine, "trained")
+    engine.model.load_adapter(str(layout.checkpoint_dir(engine.model_dir, 0)), adapter_name="zero")  # B still 0 there
+    engine.model.set_adapter("zero")
+    zero = _sampled(engine, "zero")
+    engine.model.set_adapter("default")
+    with engine.model.disable_adapter():
+        with adapter_as_sampled(engine.model):
+            assert not any("forward" in layer.__dict__ for layer in layers)
+        base = _sampled(engine, "base")
+    assert zero == base != trained
+    with pytest.raises(RuntimeError), adapter_as_sampled(engine.model):
+        assert all("forward" in layer.__dict__ for layer in layers)
+        raise RuntimeError
+    assert not any("forward" in layer.__dict__ for layer in layers)

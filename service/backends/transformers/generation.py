@@ -21,6 +21,7 @@ from service.backends.openai_server import Sample
 from service.backends.transformers import batch_cache, shared_prefix
 from service.backends.transformers.precision import adapter_in_base_dtype
 from service.backends.transformers.prefix_cache import KV, MAX_BYTES, PrefixCache, States
+from service.backends.transformers.sampling_adapter import adapter_as_sampled
 from service.backends.transformers.structured import Guide, Matcher
 
 
@@ -173,8 +174,9 @@ class Generator:
         time, before each chunk: once true, what was sampled is returned, the unfinished samples' finish_reason
         ``length``. Finished samples leave the batch once they are a quarter of it (COMPACT_WHEN_FINISHED).
         ``weights`` names the weights sampled from: states cached under other weights are never reused. The model
-        computes under the trainer's rule (precision.adapter_in_base_dtype), so a sample's logprobs are the loss's."""
-        with adapter_in_base_dtype(self.model):
+        computes under the trainer's rule (precision.adapter_in_base_dtype), so a sample's logprobs are the loss's; its
+        adapter's layers skip PEFT's per-call work (sampling_adapter.py) to the same values."""
+        with adapter_in_base_dtype(self.model), adapter_as_sampled(self.model):
             return self._generate(requests, should_stop, weights)
 
     def _generate(

@@ -1,0 +1,63 @@
+"""The LoRA adapter as the sampler runs it: PEFT's arithmetic without PEFT's per-call work.
+
+A decode step calls every adapted layer once (7 a layer on SmolLM2, 30 layers: 210 calls a decoded token), and for
+each PEFT walks its active adapters, checks variants and casts, calls four modules (the base layer, dropout, A and B)
+and, under the trainer's autocast (precision.adapter_in_base_dtype), casts A's and B's float32 weights to bfloat16
+again: autocast keeps no cast under inference mode. Within ``adapter_as_sampled`` each adapted layer computes
+``base(x) + B(A(x)) * scaling`` directly, with A and B cast to the base's dtype once on entry. These are the
+operations PEFT runs, on the same values, so a sample's tokens and logprobs are the same bit for bit (a test holds
+them to it), and the trainer still recomputes exactly what the sampler reported. A layer PEFT would run otherwise (its
+adapter disabled or merged, a variant such as DoRA, dropout that is active, several adapters at once) keeps PEFT's
+forward. On a 2-core AMX Xeon a math step's 64 rollouts were sampled 1.17x faster in bfloat16 and 1.10x in float32
+(bench/sampling_adapter.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from peft.tuners.lora.layer import Linear as LoraLinear
+
+
+@contextmanager
+def adapter_as_sampled(model: torch.nn.Module) -> Iterator[None]:
+    """Within it, every plainly adapted linear layer of ``model`` computes its active adapter directly, in the base
+    weights' dtype; on exit (an error included) each has PEFT's forward again."""
+    replaced = [module for module in model.modules() if isinstance(module, LoraLinear) and _plain(module)]
+    for module in replaced:
+        module.forward = _direct(module)  # an instance attribute: nn.Module's call finds it before the class's
+    try:
+        yield
+    finally:
+        for module in replaced:
+            del module.forward
+
+
+def _plain(layer: LoraLinear) -> bool:
+    """Whether PEFT would compute ``base(x) + B(A(dropout(x))) * scaling`` with an identity dropout, for one adapter."""
+    if layer.disable_adapters or layer.merged or len(layer.active_adapters) != 1:
+        return False
+    name = layer.active_adapters[0]
+    if name not in layer.lora_A or name in layer.lora_variant:
+        return False
+    dropout = layer.lora_dropout[name]
+    return isinstance(dropout, torch.nn.Identity) or not dropout.training
+
+
+def _direct(layer: LoraLinear) -> Callable[..., torch.Tensor]:
+    name = layer.active_adapters[0]
+    weight, bias = layer.base_layer.weight, layer.base_layer.bias
+    a = layer.lora_A[name].weight.detach().to(weight.dtype)
+    b = layer.lora_B[name].weight.detach().to(weight.dtype)
+    scaling = layer.scaling[name]
+    peft_forward = type(layer).forward.__get__(layer)
+
+    def forward(x: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        if args or kwargs or x.dtype != weight.dtype:  # a call the sampler never makes: PEFT's own handling
+            return peft_forward(x, *args, **kwargs)
+        return F.linear(x, weight, bias) + F.linear(F.linear(x, a), b) * scaling
+
+    return forward
