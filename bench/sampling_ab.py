@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+# torch's threads wait as they do under `artsvc train` (service/cpu.py; they slept at once under an older default)
+ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "HF_HUB_OFFLINE": "1", "GOMP_SPINCOUNT": "10000"}
 BATCH_ROWS = 64  # the transformers backend's MAX_BATCH_ROWS
 
 
