@@ -113,14 +113,14 @@ def _choose(logits: torch.Tensor, rows: list[_Row]) -> list[int]:
     nucleus-truncated where its ``top_p`` < 1, by inverse CDF with one uniform from the row's own generator.
 
     One batched pass over the vocabulary: ``torch.multinomial`` draws an exponential for every vocabulary entry of
-    every row (49,152 a row for SmolLM2), which took a quarter of a sampling batch's time. Each pass reads only the
-    rows it is for, and a temperature of 1 is not divided by: per decoded token each pass over 64 rows' vocabulary
-    is milliseconds."""
+    every row (49,152 a row for SmolLM2), which took a quarter of a sampling batch's time. The draw copies the drawn
+    rows' logits only where some rows are greedy, and does not divide by a temperature of 1: each pass over 64 rows'
+    vocabulary is a millisecond or more (bench/sampling_draw.py)."""
     drawn = [i for i, row in enumerate(rows) if row.request.temperature > 0]
-    greedy = [i for i, row in enumerate(rows) if not row.request.temperature > 0]
-    chosen = torch.zeros(len(rows), dtype=torch.long, device=logits.device)
-    if greedy:
-        chosen[greedy] = _rows_of(logits, greedy).argmax(dim=-1)
+    if len(drawn) < len(rows):  # greedy rows: an argmax over every row reads less than one over a copy of theirs
+        chosen = logits.argmax(dim=-1)
+    else:
+        chosen = torch.zeros(len(rows), dtype=torch.long, device=logits.device)
     if drawn:
         values = _rows_of(logits, drawn)
         temperatures = torch.tensor([rows[i].request.temperature for i in drawn], device=logits.device)
