@@ -4,6 +4,8 @@ over steps, with every alert marked where it fired.
 ``render_curves`` takes rows shaped as the API returns them (``StepPublic``, ``ValidationPublic``, ``AlertPublic``;
 service/api/job_curves.py reads them), so the API route and ``artsvc plot --local`` draw the same picture. It uses
 matplotlib's object API on an Agg canvas: no GUI backend, no pyplot global state, no side effects at import.
+matplotlib is imported when a figure is first drawn, not with the module: it was a fifth of the API's import time
+(0.37 of 1.7 s), paid by every ``artsvc serve`` whether a curve is ever drawn or not.
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ import math
 import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from typing import TYPE_CHECKING, Any
 
 from service.alerts.rules import KINDS
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 FIGSIZE_IN = (10.0, 12.0)  # fixed size and dpi: the same numbers give the same bytes
 DPI = 100
@@ -49,6 +51,9 @@ def build_figure(
 ) -> Figure:
     """Five stacked panels sharing the step axis. A missing value (None, NaN) is a gap; a panel with
     nothing to show says so; each alert is a vertical line on every panel, coloured by its kind."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
     figure = Figure(figsize=FIGSIZE_IN, dpi=DPI, layout="constrained")
     axes = figure.subplots(5, 1, sharex=True)
     empty_note = "not reported" if steps else "no steps recorded yet"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import math
+import subprocess
+import sys
 
 import pytest
 from matplotlib.lines import Line2D
@@ -127,3 +129,11 @@ def test_alerts_of_one_step_are_drawn_side_by_side_around_it():
     figure = build_figure(STEPS, VALIDATION, together)
     xs = sorted({line.get_xdata()[0] for line in alert_lines(figure)})
     assert len(xs) == 2 and xs[0] < 4 < xs[1] and abs(sum(xs) / 2 - 4) < 1e-9 and xs[1] - xs[0] < 0.5
+
+
+def test_the_api_imports_without_matplotlib_until_a_curve_is_drawn():
+    """matplotlib was a fifth of the API's import time; a process that never draws a curve does not import it."""
+    probe = ("import sys, service.app, service.curves as c; before = 'matplotlib' in sys.modules; "
+             "c.render_curves([], [], []); print(before, 'matplotlib' in sys.modules)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True"]
