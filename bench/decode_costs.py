@@ -7,8 +7,9 @@ Three measurements, in the precision ``auto`` picks, two torch threads unless sa
 - attention: PyTorch's CPU flash kernel (what ``sdpa`` runs) against a plain bmm-softmax-bmm at decoding shapes
   (grouped queries: 3 KV heads of 3 query heads), microseconds a call and the largest error against float32;
 - the step: the model with a nonzero adapter, as the sampler runs it (``adapter_in_base_dtype`` and
-  ``adapter_as_sampled``), one decode step of 64 rows over ``--prompt`` cached positions and of one row, and the 64
-  rows split into two halves decoded at once on two threads of one intra-op thread each (data-parallel decoding).
+  ``adapter_as_sampled``), one decode step of 64 rows over ``--prompt`` cached positions and of one row, both also
+  through PEFT's forward (the sampler before sampling_adapter.py), and the 64 rows split into two halves decoded at
+  once on two threads of one intra-op thread each (data-parallel decoding).
 
     python bench/decode_costs.py [--prompt 150] [--steps 24] [--rounds 3] [--label NAME]
 
@@ -18,6 +19,7 @@ Medians over rounds; writes ``bench/results/decode_costs[_<label>].json``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -95,13 +97,14 @@ def attention(dtype: torch.dtype) -> dict[str, dict[str, float]]:
 
 
 def decode_ms(model: torch.nn.Module, prompt: torch.Tensor, steps: int, threads: int | None = None,
-              out: list[float] | None = None) -> float:  # fmt: skip
+              out: list[float] | None = None, direct: bool = True) -> float:  # fmt: skip
     """Median milliseconds of ``steps`` greedy decode steps after a prefill of ``prompt`` (on ``threads`` intra-op
-    threads of the calling thread where given)."""
+    threads of the calling thread where given; the adapter through PEFT's forward unless ``direct``)."""
     if threads is not None:
         torch.set_num_threads(threads)
     times = []
-    with torch.inference_mode(), adapter_in_base_dtype(model), adapter_as_sampled(model):
+    adapter = adapter_as_sampled(model) if direct else contextlib.nullcontext()
+    with torch.inference_mode(), adapter_in_base_dtype(model), adapter:
         first = model(input_ids=prompt, past_key_values=growing_cache(), use_cache=True, logits_to_keep=1)
         cache, token = first.past_key_values, first.logits[:, -1].argmax(-1, keepdim=True)
         for _ in range(steps):
@@ -115,10 +118,13 @@ def decode_ms(model: torch.nn.Module, prompt: torch.Tensor, steps: int, threads:
 
 
 def steps(model: torch.nn.Module, prompt: torch.Tensor, count: int, rounds: int) -> dict[str, float]:
-    sides: dict[str, list[float]] = {"64 rows": [], "1 row": [], "64 rows as two halves on two threads": []}
+    sides: dict[str, list[float]] = {"64 rows": [], "1 row": [], "64 rows through PEFT": [], "1 row through PEFT": [],
+                                     "64 rows as two halves on two threads": []}  # fmt: skip
     for round_ in range(rounds + 1):  # the first round warms up
         whole = decode_ms(model, prompt, count)
         one = decode_ms(model, prompt[:1], count)
+        whole_peft = decode_ms(model, prompt, count, direct=False)
+        one_peft = decode_ms(model, prompt[:1], count, direct=False)
         halves: list[float] = []
         workers = [threading.Thread(target=decode_ms, args=(model, prompt[i::2], count, 1, halves)) for i in range(2)]
         for worker in workers:
@@ -127,7 +133,7 @@ def steps(model: torch.nn.Module, prompt: torch.Tensor, count: int, rounds: int)
             worker.join()
         torch.set_num_threads(2)
         if round_:
-            for side, ms in zip(sides, (whole, one, max(halves))):
+            for side, ms in zip(sides, (whole, one, whole_peft, one_peft, max(halves))):
                 sides[side].append(ms)
     return {side: round(statistics.median(ms), 1) for side, ms in sides.items()}
 
