@@ -287,6 +287,8 @@ def test_the_sampler_computes_the_active_adapter_and_gives_peft_back_its_forward
         base = _sampled(engine, "base")
     assert zero == base != trained
     with pytest.raises(RuntimeError), adapter_as_sampled(engine.model):
+        with adapter_as_sampled(engine.model):  # nested: the inner leaves the layers to the outer
+            pass
         assert all("forward" in layer.__dict__ for layer in layers)
         raise RuntimeError
     assert not any("forward" in layer.__dict__ for layer in layers)

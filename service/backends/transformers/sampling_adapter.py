@@ -25,8 +25,10 @@ from peft.tuners.lora.layer import Linear as LoraLinear
 @contextmanager
 def adapter_as_sampled(model: torch.nn.Module) -> Iterator[None]:
     """Within it, every plainly adapted linear layer of ``model`` computes its active adapter directly, in the base
-    weights' dtype; on exit (an error included) each has PEFT's forward again."""
-    replaced = [module for module in model.modules() if isinstance(module, LoraLinear) and _plain(module)]
+    weights' dtype; on exit (an error included) each has PEFT's forward again. Entered inside itself, the inner one
+    leaves the layers to the outer (which alone gives them back)."""
+    replaced = [module for module in model.modules()
+                if isinstance(module, LoraLinear) and "forward" not in module.__dict__ and _plain(module)]  # fmt: skip
     for module in replaced:
         module.forward = _direct(module)  # an instance attribute: nn.Module's call finds it before the class's
     try:
