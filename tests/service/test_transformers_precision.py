@@ -16,6 +16,7 @@ from service.backends.transformers import chat, precision, training
 from service.backends.transformers.engine import LoraSettings, PolicyEngine
 from service.backends.transformers.generation import SamplingRequest
 from service.backends.transformers.inference import ADAPTER_WEIGHTS, CheckpointModel
+from service.backends.transformers.packed_weights import PackedWeights
 
 CPU = torch.device("cpu")
 MESSAGES = [{"role": "user", "content": "What is 2 + 3? Reply with `Final: <int>`."}]
@@ -251,19 +252,21 @@ def _sampled(engine: PolicyEngine, weights: str) -> list[tuple]:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_sampler_computes_its_adapter_directly_to_the_values_peft_gives(dtype, tiny_lm, tmp_path, monkeypatch):
     """sampling_adapter.py: the adapted layers skip PEFT's forward while sampling, and every token, logprob and top
-    logprob is what PEFT's own forward (under the trainer's rule) gives, bit for bit."""
+    logprob is what PEFT's own forward (under the trainer's rule) gives, bit for bit (the base's products unpacked on
+    both sides: packed_weights.py's products may round otherwise)."""
     from contextlib import nullcontext
 
     from peft.tuners.lora.layer import Linear as LoraLinear
 
     from service.backends.transformers import generation
 
+    monkeypatch.setattr(PackedWeights, "applies", staticmethod(lambda weight: False))
     engine = _engine(tiny_lm, tmp_path / "model", dtype)
     peft_forward, calls = LoraLinear.forward, []
     monkeypatch.setattr(LoraLinear, "forward", lambda self, *a, **k: calls.append(1) or peft_forward(self, *a, **k))
     direct = _sampled(engine, "direct")
     assert calls == []  # no adapted layer went through PEFT's forward
-    monkeypatch.setattr(generation, "adapter_as_sampled", lambda model: nullcontext())
+    monkeypatch.setattr(generation, "adapter_as_sampled", lambda model, packed: nullcontext())
     through_peft = _sampled(engine, "peft")
     assert len(calls) > len(_lora_layers(engine))
     assert direct == through_peft and any(tokens for tokens, _, _ in direct)

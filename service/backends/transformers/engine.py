@@ -143,10 +143,11 @@ class PolicyEngine:
         self._weights_change()
 
     def _weights_change(self) -> None:
-        """The adapter is about to change: cached states of its prompts expire, and are freed now, before a training
-        step needs the memory."""
+        """The adapter is about to change: cached states of its prompts expire, and they and the sampler's packed
+        weights are freed now, before a training step needs the memory."""
         self._version += 1
         self.sampler.prefix_cache.use(("default", self._version))
+        self.sampler.packed.release()
 
     # -- sampling -----------------------------------------------------------------------------
 

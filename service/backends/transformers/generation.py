@@ -19,6 +19,7 @@ from transformers import DynamicCache
 
 from service.backends.openai_server import Sample
 from service.backends.transformers import batch_cache, shared_prefix
+from service.backends.transformers.packed_weights import PackedWeights
 from service.backends.transformers.precision import adapter_in_base_dtype
 from service.backends.transformers.prefix_cache import KV, MAX_BYTES, PrefixCache, States
 from service.backends.transformers.sampling_adapter import adapter_as_sampled
@@ -162,6 +163,7 @@ class Generator:
         self.model, self.tokenizer, self.end_token_ids = model, tokenizer, end_token_ids
         self._unwritable = _nul_tokens(tokenizer).to(self.device)
         self.prefix_cache = PrefixCache(prefix_cache_bytes)  # 0: every prompt is encoded from its first token
+        self.packed = PackedWeights()  # the base weights laid out for decoding, until released before training
         self._guide: Guide | None = None  # built on the first structured request
 
     def _matcher(self, grammar: str | None) -> Matcher | None:
@@ -186,9 +188,10 @@ class Generator:
         time, before each chunk: once true, what was sampled is returned, the unfinished samples' finish_reason
         ``length``. Finished samples leave the batch once they are a quarter of it (COMPACT_WHEN_FINISHED).
         ``weights`` names the weights sampled from: states cached under other weights are never reused. The model
-        computes under the trainer's rule (precision.adapter_in_base_dtype), so a sample's logprobs are the loss's; its
-        adapter's layers skip PEFT's per-call work (sampling_adapter.py) to the same values."""
-        with adapter_in_base_dtype(self.model), adapter_as_sampled(self.model):
+        computes under the trainer's rule (precision.adapter_in_base_dtype); its adapter's layers skip PEFT's per-call work
+        (sampling_adapter.py) to the same values, and a bfloat16 base's products on a CPU read weights laid out for
+        them once (packed_weights.py)."""
+        with adapter_in_base_dtype(self.model), adapter_as_sampled(self.model, self.packed):
             return self._generate(requests, should_stop, weights)
 
     def _generate(

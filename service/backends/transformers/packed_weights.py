@@ -1,0 +1,80 @@
+"""The base model's frozen weights laid out once for oneDNN while sampling, where the weights are bfloat16 on a CPU.
+
+A bfloat16 product on a CPU goes to oneDNN, which first reorders the weight into its blocked layout (AMX tiles): on
+every call, for every weight. At a decode step's few rows that reorder is most of the product. On a 2-core AMX Xeon
+a 1,536 x 576 weight took 79 us a call at one row and 42 us prepacked, the head 2.4 and 1.4 ms; in the model a decode
+step took 1.15-1.19 times less at 1, 16 and 64 rows (bench/decode_costs.py). The packed weights are what inductor's
+CPU freezing makes (``mkldnn._reorder_linear_weight`` and ``mkldnn._linear_pointwise``), held here without compiling.
+
+They are copies: 270 MB for SmolLM2-135M, made in about 130 ms. The sampler keeps them until the adapter is about to
+train (``release``), so a training step's peak memory does not hold them, and packs them again on its next batch.
+Products of more than ``SMALL_PRODUCT_ROWS`` rows (a long prompt's prefill) keep the plain layout: there the packed
+one, chosen for decoding, was up to 1.3 times slower. oneDNN picks its kernel by shape, so a packed product may round
+a bfloat16 sum differently from the plain one (0.125 in a logit at most, measured): the trainer's own products round
+by its shapes too, and ``probs_corr`` measures the two against each other every step. Float32 weights (MKL's products,
+which oneDNN's do not match) and CUDA are left as they are.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+SMALL_PRODUCT_ROWS = 256  # rows (tokens) a product has at most to use the packed weight: a decode step's, not a prefill's
+
+PACKED_OPS = ("_reorder_linear_weight", "_linear_pointwise", "_is_mkldnn_bf16_supported")
+
+Product = Callable[[torch.Tensor], torch.Tensor]
+
+
+@functools.cache
+def _available() -> bool:
+    """oneDNN's packed linear is in this torch, and oneDNN runs bfloat16 on this CPU (AVX512 or AMX; a forced bfloat16
+    base on an AVX2 CPU is left to torch's own products)."""
+    ops = torch.ops.mkldnn
+    return (torch.backends.mkldnn.is_available() and all(hasattr(ops, op) for op in PACKED_OPS)
+            and bool(ops._is_mkldnn_bf16_supported()))  # fmt: skip
+
+
+class PackedWeights:
+    """Packed copies of the weights asked for, each made on first use and kept until ``release``."""
+
+    def __init__(self) -> None:
+        self._packs: dict[int, tuple[torch.Tensor, int, torch.Tensor]] = {}  # id(weight): (weight, its version, pack)
+
+    @staticmethod
+    def applies(weight: torch.Tensor) -> bool:
+        """Whether products with ``weight`` are packed: bfloat16 on a CPU where oneDNN's packed linear runs it."""
+        return weight.dtype == torch.bfloat16 and weight.device.type == "cpu" and _available()
+
+    def product(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> Product:
+        """``x -> F.linear(x, weight, bias)``, through the packed weight where it applies and ``x`` has few rows."""
+        if not self.applies(weight):
+            return lambda x: F.linear(x, weight, bias)
+        packed = self._pack(weight)
+
+        def product(x: torch.Tensor) -> torch.Tensor:
+            if x.dtype != weight.dtype or x.numel() > SMALL_PRODUCT_ROWS * x.shape[-1]:
+                return F.linear(x, weight, bias)
+            return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, "none", [], "")
+
+        return product
+
+    def _pack(self, weight: torch.Tensor) -> torch.Tensor:
+        held = self._packs.get(id(weight))
+        if held is not None and held[0] is weight and held[1] == weight._version:
+            return held[2]
+        with torch.no_grad():
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 64)  # laid out for a batch of 64 rows
+        self._packs[id(weight)] = (weight, weight._version, packed)
+        return packed
+
+    def release(self) -> None:
+        """Free every packed copy (the next products pack again)."""
+        self._packs.clear()
+
+    def __len__(self) -> int:
+        return len(self._packs)
