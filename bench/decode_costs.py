@@ -8,8 +8,9 @@ Three measurements, in the precision ``auto`` picks, two torch threads unless sa
   (grouped queries: 3 KV heads of 3 query heads), microseconds a call and the largest error against float32;
 - the step: the model with a nonzero adapter, as the sampler runs it (``adapter_in_base_dtype`` and
   ``adapter_as_sampled``), one decode step of 64 rows over ``--prompt`` cached positions and of one row, both also
-  through PEFT's forward (the sampler before sampling_adapter.py), and the 64 rows split into two halves decoded at
-  once on two threads of one intra-op thread each (data-parallel decoding).
+  through PEFT's forward (the sampler before sampling_adapter.py) and with the base's products through weights packed
+  for oneDNN (packed_weights.py, as the sampler runs them now), and the 64 rows split into two halves decoded at once
+  on two threads of one intra-op thread each (data-parallel decoding).
 
     python bench/decode_costs.py [--prompt 150] [--steps 24] [--rounds 3] [--label NAME]
 
@@ -43,6 +44,7 @@ from roofline import cpu  # noqa: E402
 from service.backends.transformers.batch_cache import growing_cache  # noqa: E402
 from service.backends.transformers.engine import PolicyEngine  # noqa: E402
 from service.backends.transformers.models import resolve_base_model  # noqa: E402
+from service.backends.transformers.packed_weights import PackedWeights  # noqa: E402
 from service.backends.transformers.precision import adapter_in_base_dtype  # noqa: E402
 from service.backends.transformers.sampling_adapter import adapter_as_sampled  # noqa: E402
 
@@ -97,13 +99,14 @@ def attention(dtype: torch.dtype) -> dict[str, dict[str, float]]:
 
 
 def decode_ms(model: torch.nn.Module, prompt: torch.Tensor, steps: int, threads: int | None = None,
-              out: list[float] | None = None, direct: bool = True) -> float:  # fmt: skip
+              out: list[float] | None = None, direct: bool = True, packed: bool = False) -> float:  # fmt: skip
     """Median milliseconds of ``steps`` greedy decode steps after a prefill of ``prompt`` (on ``threads`` intra-op
-    threads of the calling thread where given; the adapter through PEFT's forward unless ``direct``)."""
+    threads of the calling thread where given; the adapter through PEFT's forward unless ``direct``; the base's
+    products through packed weights if ``packed``)."""
     if threads is not None:
         torch.set_num_threads(threads)
     times = []
-    adapter = adapter_as_sampled(model) if direct else contextlib.nullcontext()
+    adapter = adapter_as_sampled(model, PackedWeights() if packed else None) if direct else contextlib.nullcontext()
     with torch.inference_mode(), adapter_in_base_dtype(model), adapter:
         first = model(input_ids=prompt, past_key_values=growing_cache(), use_cache=True, logits_to_keep=1)
         cache, token = first.past_key_values, first.logits[:, -1].argmax(-1, keepdim=True)
@@ -119,7 +122,8 @@ def decode_ms(model: torch.nn.Module, prompt: torch.Tensor, steps: int, threads:
 
 def steps(model: torch.nn.Module, prompt: torch.Tensor, count: int, rounds: int) -> dict[str, float]:
     sides: dict[str, list[float]] = {"64 rows": [], "1 row": [], "64 rows through PEFT": [], "1 row through PEFT": [],
-                                     "64 rows as two halves on two threads": []}  # fmt: skip
+                                     "64 rows as two halves on two threads": [], "64 rows, base packed": [],
+                                     "1 row, base packed": []}  # fmt: skip
     for round_ in range(rounds + 1):  # the first round warms up
         whole = decode_ms(model, prompt, count)
         one = decode_ms(model, prompt[:1], count)
@@ -132,8 +136,10 @@ def steps(model: torch.nn.Module, prompt: torch.Tensor, count: int, rounds: int)
         for worker in workers:
             worker.join()
         torch.set_num_threads(2)
+        whole_packed = decode_ms(model, prompt, count, packed=True)
+        one_packed = decode_ms(model, prompt[:1], count, packed=True)
         if round_:
-            for side, ms in zip(sides, (whole, one, whole_peft, one_peft, max(halves))):
+            for side, ms in zip(sides, (whole, one, whole_peft, one_peft, max(halves), whole_packed, one_packed)):
                 sides[side].append(ms)
     return {side: round(statistics.median(ms), 1) for side, ms in sides.items()}
 

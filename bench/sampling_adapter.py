@@ -2,10 +2,12 @@
 
 A math step's rollout batch on SmolLM2-135M-Instruct, through the transformers backend's sampler in the precision
 ``auto`` picks: the first ``--prompts`` training problems, ``--samples`` each at temperature 1, up to 24 tokens (the
-math environment's limit), fixed seeds, with a nonzero adapter (B drawn small, as a trained one is). The two sides
+math environment's limit), fixed seeds, with a nonzero adapter (B drawn small, as a trained one is). The sides
 alternate in one process, ``--rounds`` timed rounds after an untimed one: "peft", every adapted layer through PEFT's
-forward under the trainer's autocast (the sampler before), and "direct", the sampler as it is. Both must draw the same
-tokens and logprobs bit for bit.
+forward under the trainer's autocast (the sampler before sampling_adapter.py); "unpacked", the adapter computed
+directly over the base's plain products (the sampler before packed_weights.py); "direct", the sampler as it is. The
+first two must draw the same tokens and logprobs bit for bit; the third's products may round otherwise (a bfloat16
+base's), and the bench reports how many tokens it drew alike and its largest logprob difference.
 
     python bench/sampling_adapter.py [--prompts 8] [--samples 8] [--rounds 5] [--precision float32] [--label NAME]
 
@@ -62,7 +64,8 @@ def main() -> None:
         requests = [SamplingRequest(prompt_ids=tuple(chat.render_prompt(engine.tokenizer, env.opening(s), None)),
                                     n=args.samples, max_tokens=MAX_TOKENS, seed=i) for i, s in enumerate(scenarios)]  # fmt: skip
         direct = generation.adapter_as_sampled
-        sides = {"peft": lambda model: contextlib.nullcontext(), "direct": direct}
+        sides = {"peft": lambda model, packed: contextlib.nullcontext(),
+                 "unpacked": lambda model, packed: direct(model), "direct": direct}  # fmt: skip
         times: dict[str, list[float]] = {side: [] for side in sides}
         drawn: dict[str, list] = {}
         for round_ in range(args.rounds + 1):
@@ -76,9 +79,13 @@ def main() -> None:
             generation.adapter_as_sampled = direct
             print(f"round {round_}: " + ", ".join(f"{side} {t[-1]:.2f} s" for side, t in times.items() if t), flush=True)
     medians = {side: statistics.median(t) for side, t in times.items()}
+    packed_alike = [(a == b, max((abs(x - y) for x, y in zip(la, lb)), default=0.0))
+                    for (a, la), (b, lb) in zip(drawn["unpacked"], drawn["direct"])]  # fmt: skip
     result = {"machine": cpu(), "dtype": str(engine.dtype), **vars(args), "seconds": times, "median_s": medians,
-              "speedup": medians["peft"] / medians["direct"], "tokens": sum(len(t) for t, _ in drawn["direct"]),
-              "identical": drawn["peft"] == drawn["direct"]}  # fmt: skip
+              "speedup": medians["peft"] / medians["direct"], "speedup_of_packing": medians["unpacked"] / medians["direct"],
+              "tokens": sum(len(t) for t, _ in drawn["direct"]), "identical": drawn["peft"] == drawn["unpacked"],
+              "packed_samples_alike": f"{sum(same for same, _ in packed_alike)} of {len(packed_alike)}",
+              "packed_largest_logprob_difference": max(d for _, d in packed_alike)}  # fmt: skip
     print(json.dumps({k: v for k, v in result.items() if k not in ("machine", "seconds")}, indent=2))
     out = ROOT / "bench" / "results" / f"sampling_adapter{'_' + args.label if args.label else ''}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
