@@ -3,7 +3,9 @@
 Three measurements, in the precision ``auto`` picks, two torch threads unless said:
 
 - products: ``F.linear`` at a decode step's shapes (1 and 64 rows; the MLP's 576 -> 1536 and back, the adapter's
-  576 -> 16 and 16 -> 576, on one thread too), bf16 and float32, microseconds a call;
+  576 -> 16 and 16 -> 576, on one thread too), bf16 and float32, microseconds a call; in bf16 also through the weight
+  packed for oneDNN (packed_weights.py), at those rows, a prefill's 1,200 and 9,600, and for the vocabulary head,
+  with whether the two agree bit for bit;
 - attention: PyTorch's CPU flash kernel (what ``sdpa`` runs) against a plain bmm-softmax-bmm at decoding shapes
   (grouped queries: 3 KV heads of 3 query heads), microseconds a call and the largest error against float32;
 - the step: the model with a nonzero adapter, as the sampler runs it (``adapter_in_base_dtype`` and
@@ -72,6 +74,31 @@ def products() -> dict[str, float]:
                     key = f"{str(dtype).removeprefix('torch.')} {rows} rows {name}, {threads} threads"
                     timings[key] = round(microseconds(lambda: F.linear(x, w)), 1)
     torch.set_num_threads(2)
+    return timings
+
+
+@torch.inference_mode()
+def packed_products() -> dict[str, dict[str, float | bool]]:
+    """bf16 ``F.linear`` against the same product through the weight packed once as packed_weights.py packs it (at
+    every row count: the sampler itself keeps more than ``SMALL_PRODUCT_ROWS`` rows plain)."""
+    timings: dict[str, dict[str, float | bool]] = {}
+    shapes = {**{k: v for k, v in SHAPES.items() if not k.startswith("lora")}, "head 576->49152": (576, 49152)}
+    for rows in (1, 64, 1200, 9600):
+        for name, (inputs, outputs) in shapes.items():
+            if rows > 1200 and name.startswith("head"):
+                continue
+            x, w = torch.randn(rows, inputs, dtype=torch.bfloat16), torch.randn(outputs, inputs, dtype=torch.bfloat16)
+            packed = torch.ops.mkldnn._reorder_linear_weight(w, 64)
+
+            def through_pack(x: torch.Tensor = x, packed: torch.Tensor = packed) -> torch.Tensor:
+                return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+
+            repeats = 30 if rows > 64 or name.startswith("head") else 300
+            timings[f"{rows} rows {name}"] = {
+                "plain_us": round(microseconds(lambda: F.linear(x, w), repeats), 1),
+                "packed_us": round(microseconds(through_pack, repeats), 1),
+                "same_bits": bool(torch.equal(F.linear(x, w), through_pack())),
+            }
     return timings
 
 
@@ -160,6 +187,8 @@ def main() -> None:
                     param.normal_(0, 0.002)
         prompt = torch.randint(0, engine.model.get_output_embeddings().weight.shape[0], (64, args.prompt))
         result = {"machine": cpu(), "dtype": str(engine.dtype), **vars(args), "products_us": products(),
+                  "packed_products_us": packed_products() if PackedWeights.applies(torch.ones(1, dtype=torch.bfloat16))
+                  else None,
                   "attention": attention(engine.dtype),
                   "decode_step_ms": steps(engine.model, prompt, args.steps, args.rounds)}  # fmt: skip
     print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=2))

@@ -82,8 +82,10 @@ def main() -> None:
     packed_alike = [(a == b, max((abs(x - y) for x, y in zip(la, lb)), default=0.0))
                     for (a, la), (b, lb) in zip(drawn["unpacked"], drawn["direct"])]  # fmt: skip
     result = {"machine": cpu(), "dtype": str(engine.dtype), **vars(args), "seconds": times, "median_s": medians,
-              "speedup": medians["peft"] / medians["direct"], "speedup_of_packing": medians["unpacked"] / medians["direct"],
-              "tokens": sum(len(t) for t, _ in drawn["direct"]), "identical": drawn["peft"] == drawn["unpacked"],
+              "speedup": medians["peft"] / medians["direct"],
+              "speedup_of_packing": medians["unpacked"] / medians["direct"],
+              "tokens": sum(len(t) for t, _ in drawn["direct"]),
+              "identical": drawn["peft"] == drawn["unpacked"],
               "packed_samples_alike": f"{sum(same for same, _ in packed_alike)} of {len(packed_alike)}",
               "packed_largest_logprob_difference": max(d for _, d in packed_alike)}  # fmt: skip
     print(json.dumps({k: v for k, v in result.items() if k not in ("machine", "seconds")}, indent=2))

@@ -188,9 +188,9 @@ class Generator:
         time, before each chunk: once true, what was sampled is returned, the unfinished samples' finish_reason
         ``length``. Finished samples leave the batch once they are a quarter of it (COMPACT_WHEN_FINISHED).
         ``weights`` names the weights sampled from: states cached under other weights are never reused. The model
-        computes under the trainer's rule (precision.adapter_in_base_dtype); its adapter's layers skip PEFT's per-call work
-        (sampling_adapter.py) to the same values, and a bfloat16 base's products on a CPU read weights laid out for
-        them once (packed_weights.py)."""
+        computes under the trainer's rule (precision.adapter_in_base_dtype); its adapter's layers skip PEFT's
+        per-call work (sampling_adapter.py) to the same values, and a bfloat16 base's products on a CPU read weights
+        laid out for them once (packed_weights.py)."""
         with adapter_in_base_dtype(self.model), adapter_as_sampled(self.model, self.packed):
             return self._generate(requests, should_stop, weights)
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-SMALL_PRODUCT_ROWS = 256  # rows (tokens) a product has at most to use the packed weight: a decode step's, not a prefill's
+SMALL_PRODUCT_ROWS = 256  # the most rows (tokens) a product reads the packed weight at: a decode step, not a prefill
 
 PACKED_OPS = ("_reorder_linear_weight", "_linear_pointwise", "_is_mkldnn_bf16_supported")
 
