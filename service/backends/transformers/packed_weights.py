@@ -2,17 +2,18 @@
 
 A bfloat16 product on a CPU goes to oneDNN, which first reorders the weight into its blocked layout (AMX tiles): on
 every call, for every weight. At a decode step's few rows that reorder is most of the product. On a 2-core AMX Xeon
-a 1,536 x 576 weight took 79 us a call at one row and 42 us prepacked, the head 2.4 and 1.4 ms; in the model a decode
-step took 1.15-1.19 times less at 1, 16 and 64 rows (bench/decode_costs.py). The packed weights are what inductor's
-CPU freezing makes (``mkldnn._reorder_linear_weight`` and ``mkldnn._linear_pointwise``), held here without compiling.
+(bench/decode_costs.py) the MLP's weights took 56-62 us a call at one row and 26 us packed, 109-111 and 61-63 us at
+64 rows, the head 3.3 and 1.8 ms at 64; a whole decode step 1.01-1.11 times less. The packed weights are what
+inductor's CPU freezing makes (``mkldnn._reorder_linear_weight`` and ``mkldnn._linear_pointwise``), held here without
+compiling anything.
 
 They are copies: 270 MB for SmolLM2-135M, made in about 130 ms. The sampler keeps them until the adapter is about to
 train (``release``), so a training step's peak memory does not hold them, and packs them again on its next batch.
 Products of more than ``SMALL_PRODUCT_ROWS`` rows (a long prompt's prefill) keep the plain layout: there the packed
-one, chosen for decoding, was up to 1.3 times slower. oneDNN picks its kernel by shape, so a packed product may round
-a bfloat16 sum differently from the plain one (0.125 in a logit at most, measured): the trainer's own products round
-by its shapes too, and ``probs_corr`` measures the two against each other every step. Float32 weights (MKL's products,
-which oneDNN's do not match) and CUDA are left as they are.
+one, laid out for decoding, gains nothing (the head at 1,200 rows took 1.06 times as long). oneDNN picks its kernel by
+shape, so a packed product may round a bfloat16 sum otherwise than the plain one (the bench's products agreed bit for
+bit): the trainer's own products round by its shapes too, and ``probs_corr`` measures the two against each other
+every step. Float32 weights (MKL's products, which oneDNN's do not match) and CUDA are left as they are.
 """
 
 from __future__ import annotations
