@@ -3,7 +3,7 @@
 A bfloat16 product on a CPU goes to oneDNN, which first reorders the weight into its blocked layout (AMX tiles): on
 every call, for every weight. At a decode step's few rows that reorder is most of the product. On a 2-core AMX Xeon
 (bench/decode_costs.py) the MLP's weights took 56-62 us a call at one row and 26 us packed, 109-111 and 61-63 us at
-64 rows, the head 3.3 and 1.8 ms at 64; a whole decode step 1.01-1.11 times less. The packed weights are what
+64 rows, the head 3.3 and 1.8 ms at 64; a whole decode step ran 1.01-1.11 times faster. The packed weights are what
 inductor's CPU freezing makes (``mkldnn._reorder_linear_weight`` and ``mkldnn._linear_pointwise``), held here without
 compiling anything.
 
