@@ -8,7 +8,8 @@ inductor's CPU freezing makes (``mkldnn._reorder_linear_weight`` and ``mkldnn._l
 compiling anything.
 
 They are copies: 270 MB for SmolLM2-135M, made in about 130 ms. The sampler keeps them until the adapter is about to
-train (``release``), so a training step's peak memory does not hold them, and packs them again on its next batch.
+train (``release``), so a training step's peak memory does not hold them, and packs them again on its next batch
+(a serving process, which never trains, keeps them).
 Products of more than ``SMALL_PRODUCT_ROWS`` rows (a long prompt's prefill) keep the plain layout: there the packed
 one, laid out for decoding, gains nothing (the head at 1,200 rows took 1.06 times as long). oneDNN picks its kernel by
 shape, so a packed product may round a bfloat16 sum otherwise than the plain one (the bench's products agreed bit for
