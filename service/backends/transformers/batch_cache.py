@@ -25,8 +25,9 @@ class GrowingLayer(DynamicLayer):
     when it is full or the states were replaced (rows selected, reordered, cut)."""
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, cache_kwargs: dict | None = None):
-        if not self.is_initialized or self.keys.numel() == 0:
-            return super().update(key_states, value_states, cache_kwargs)
+        if not self.is_initialized or self.keys.numel() == 0:  # empty: no states to keep, the buffers made below
+            self.lazy_initialization(key_states, value_states)
+            self.keys, self.values = key_states[:, :, :0], value_states[:, :, :0]
         length, added = self.keys.shape[-2], key_states.shape[-2]
         if not self._holds(length + added):
             self._buffers = tuple(self._buffer(t, length + added + max(HEADROOM_TOKENS, length // 8))
@@ -35,6 +36,17 @@ class GrowingLayer(DynamicLayer):
         keys[:, :, length : length + added], values[:, :, length : length + added] = key_states, value_states
         self.keys, self.values = keys[:, :, : length + added], values[:, :, : length + added]
         return self.keys, self.values
+
+    @classmethod
+    def within(cls, keys: torch.Tensor, values: torch.Tensor, length: int) -> GrowingLayer:
+        """A layer whose states are the first ``length`` positions of the buffers ``keys`` and ``values`` (no copy):
+        what later updates add is written after them while it fits. transformers' own first update concatenates the
+        states onto an empty tensor, a copy of the whole cache; the update after it, with no room, made another."""
+        layer = cls()
+        layer.lazy_initialization(keys, values)
+        layer._buffers = (keys, values)
+        layer.keys, layer.values = keys[:, :, :length], values[:, :, :length]
+        return layer
 
     def _holds(self, length: int) -> bool:
         """Whether the states are the start of the buffers, and these have room for ``length`` positions."""
@@ -54,34 +66,34 @@ def growing_cache(layers: list[tuple[torch.Tensor, torch.Tensor]] | None = None)
     """A DynamicCache of GrowingLayers, holding ``layers``' states; empty, its layers are made as a model fills it."""
     cache = DynamicCache()
     cache.layer_class_to_replicate = GrowingLayer
-    for keys, values in layers or ():
-        layer = GrowingLayer()
-        layer.update(keys, values)
-        cache.layers.append(layer)
+    cache.layers.extend(GrowingLayer.within(keys, values, keys.shape[-2]) for keys, values in layers or ())
     return cache
 
 
 def left_padded(
-    bases: list[tuple[int, States | None]], device: torch.device, *, start: int = 0
+    bases: list[tuple[int, States | None]], device: torch.device, *, start: int = 0, room: int = 0
 ) -> tuple[DynamicCache, torch.Tensor]:
     """A cache with one row per ``(length, states)``, positions ``start`` to ``length`` of ``states`` right-aligned,
-    and its mask (the first ``start`` positions, alike in every row, are held apart: ``shared_states``)."""
+    and its mask (the first ``start`` positions, alike in every row, are held apart: ``shared_states``). Its buffers
+    have ``room`` more positions, so the prompts' rest and the decoded tokens are written in place: each row's states
+    are copied once (for 100 rows of 450 positions, a gigabyte)."""
     width = max(length for length, _ in bases) - start
     mask = torch.tensor([[0] * (width - length + start) + [1] * (length - start) for length, _ in bases],
                         dtype=torch.long, device=device)  # fmt: skip
     if not width:
         return growing_cache(), mask
     template = next(states for _, states in bases if states is not None).pieces[0][0].kv
-    layers = []
+    cache = growing_cache()
     for layer, (keys, _) in enumerate(template):
         heads, _, dims = keys.shape
-        keys, values = (torch.zeros(len(bases), heads, width, dims, dtype=keys.dtype, device=device) for _ in range(2))
+        keys, values = (torch.zeros(len(bases), heads, width + room, dims, dtype=keys.dtype, device=device)
+                        for _ in range(2))  # fmt: skip
         for row, (length, states) in enumerate(bases):
             if length > start:
                 own = width - length + start
-                states.write(layer, length, keys[row, :, own:], values[row, :, own:], start=start)
-        layers.append((keys, values))
-    return growing_cache(layers), mask
+                states.write(layer, length, keys[row, :, own:width], values[row, :, own:width], start=start)
+        cache.layers.append(GrowingLayer.within(keys, values, width))
+    return cache, mask
 
 
 def shared_states(states: States, length: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:

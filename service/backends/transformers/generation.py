@@ -210,13 +210,17 @@ class Generator:
             for r in requests
             for i in range(r.n)
         ]
+        order = [row.prompt for row in rows]
+        in_order = order == list(range(len(prompts)))  # a row a prompt: the cache's rows are the batch's as they are
         try:
-            cache, mask, logits, opening = self._prefill(prompts, len(rows), should_stop)
+            room = max(r.max_tokens for r in requests) if in_order else 0  # a reorder copies the cache anyway
+            cache, mask, logits, opening = self._prefill(prompts, len(rows), should_stop, room=room)
         except _Stopped:
             return self._samples(requests, rows)
-        index = torch.tensor([row.prompt for row in rows], device=self.device)
-        cache.reorder_cache(index)
-        mask, logits = mask[index], logits[index]
+        if not in_order:
+            index = torch.tensor(order, device=self.device)
+            cache.reorder_cache(index)
+            mask, logits = mask[index], logits[index]
         live = rows  # the batch's rows, in the order of the cache's; finished ones stay until compacted
         for _ in range(max(r.max_tokens for r in requests)):
             if should_stop is not None and should_stop():
@@ -243,10 +247,10 @@ class Generator:
         return self._samples(requests, rows)
 
     def _prefill(
-        self, prompts: list[tuple[int, ...]], rows: int, should_stop: Callable[[], bool] | None
+        self, prompts: list[tuple[int, ...]], rows: int, should_stop: Callable[[], bool] | None, *, room: int = 0
     ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, _Opening]:
-        """The cache after every distinct prompt, its attention mask, each prompt's next-token logits, and the opening
-        the ``rows`` hold apart from the cache.
+        """The cache after every distinct prompt (with ``room`` positions more to decode into), its attention mask,
+        each prompt's next-token logits, and the opening the ``rows`` hold apart from the cache.
 
         Each prompt starts from the longest prefix of it whose states are cached; where the prefix every prompt shares
         is longer, it is encoded once (on top of the longest cached part of it) and copied to every prompt, in chunks
@@ -262,9 +266,9 @@ class Generator:
             bases = [(length, kv) if length >= shared else (shared, prefix) for length, kv in bases]
         split = min(shared, *(length for length, _ in bases)) if rows > 1 and shared_prefix.applies(self.model) else 0
         opening = _Opening.of(bases[0][1], split) if split >= shared_prefix.MIN_SHARED else _Opening()
-        cache, mask = batch_cache.left_padded(bases, self.device, start=opening.length)
         rests = [p[length:] for p, (length, _) in zip(prompts, bases)]
         width = max(len(r) for r in rests)
+        cache, mask = batch_cache.left_padded(bases, self.device, start=opening.length, room=width + room)
         tokens = torch.tensor([[0] * (width - len(r)) + list(r) for r in rests], device=self.device)
         rest_mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rests], device=self.device)
         mask = torch.cat([mask, rest_mask], dim=1)

@@ -138,9 +138,13 @@ class PrefixCache:
         """The most of ``ids``' first tokens (at most ``limit``) an entry holds the states of, and that entry's states
         (longer than that, perhaps; only its first ones are ``ids``'); (0, None) if none."""
         best, found = 0, None
-        for key in self._entries if limit > 0 else ():
-            if key[0] == ids[0] and (length := _shared(key, ids, limit)) > best:
-                best, found = length, key
+        for key in self._entries:
+            if best >= limit:
+                break
+            # only an entry that shares more than the best so far is measured: a token and a slice comparison rule
+            # out the rest (most, where the rows are many conversations after one opening), where measuring took ten
+            if len(key) > best and key[best] == ids[best] and key[:best] == ids[:best]:
+                best, found = _shared(key, ids, limit), key
         if found is None:
             return 0, None
         self._entries.move_to_end(found)
@@ -162,7 +166,7 @@ class PrefixCache:
         states = States((*pieces, (new, new.length)))
         for segment, _ in states.pieces:  # held before the entries it extends go: their segments stay counted
             self._hold(segment)
-        for key in [k for k in self._entries if len(k) <= len(ids) and ids[: len(k)] == k]:
+        for key in [k for k in self._entries if len(k) <= start and ids[: len(k)] == k]:  # none is longer than start
             self._drop(key)
         self._entries[ids] = states
         while self._entries and (self._bytes > self.max_bytes or len(self._entries) > MAX_ENTRIES):
