@@ -31,8 +31,8 @@ def test_rows_are_right_aligned_after_zeros_and_what_fits_the_room_is_written_wh
         for got, first, second in zip((held.keys, held.values), long[layer], short[layer]):
             assert torch.equal(got[0], first) and torch.equal(got[1, :, 2:], second)
             assert not got[1, :, :2].any()  # padding is zeros the mask hides, never stale memory
-    before, reference = places(cache), DynamicCache([(k.clone(), v.clone()) for k, v in
-                                                      ((layer.keys, layer.values) for layer in cache.layers)])  # fmt: skip
+    before = places(cache)
+    reference = DynamicCache([(layer.keys.clone(), layer.values.clone()) for layer in cache.layers])
     for added in (3, 1):  # the prompts' rest, then a decoded token: 4 positions, the room asked for
         for layer, (keys, values) in enumerate(states(added, seed=added, rows=2)):
             grown, plain = cache.update(keys, values, layer), reference.update(keys, values, layer)
