@@ -195,6 +195,7 @@ def test_the_prefix_cache_keeps_the_longest_entries_within_its_bound():
     assert length == 3 and states.length == 5  # the longer entry, only its first 3 states are the prompt's
     assert _held_tokens(cache, (1, 2, 3, 4, 5, 6)) == [1, 2, 3, 4, 5]
     cache.put((7, 8, 9), _states((7, 8, 9)))
+    assert cache.longest((1, 2), limit=9)[0] == 2  # a limit past the prompt is the prompt's length
     cache.longest((1, 2), limit=1)  # (1, 2, 3, 4, 5) used last: (7, 8, 9) goes first
     cache.put((5, 6, 7), _states((5, 6, 7)))
     assert len(cache) == 2 and cache.longest((7, 8, 9, 1), limit=3) == (0, None) and cache.nbytes == 64 * 8

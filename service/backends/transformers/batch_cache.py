@@ -86,8 +86,10 @@ def left_padded(
     cache = growing_cache()
     for layer, (keys, _) in enumerate(template):
         heads, _, dims = keys.shape
-        keys, values = (torch.zeros(len(bases), heads, width + room, dims, dtype=keys.dtype, device=device)
+        # the room is written before anything reads it (the prompts' rest, then each decoded token): states only zeroed
+        keys, values = (torch.empty(len(bases), heads, width + room, dims, dtype=keys.dtype, device=device)
                         for _ in range(2))  # fmt: skip
+        keys[:, :, :width].zero_(), values[:, :, :width].zero_()
         for row, (length, states) in enumerate(bases):
             if length > start:
                 own = width - length + start

@@ -137,7 +137,7 @@ class PrefixCache:
     def longest(self, ids: tuple[int, ...], limit: int) -> tuple[int, States | None]:
         """The most of ``ids``' first tokens (at most ``limit``) an entry holds the states of, and that entry's states
         (longer than that, perhaps; only its first ones are ``ids``'); (0, None) if none."""
-        best, found = 0, None
+        best, found, limit = 0, None, min(limit, len(ids))
         for key in self._entries:
             if best >= limit:
                 break
