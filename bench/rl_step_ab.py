@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import sys
 import time
@@ -44,7 +45,8 @@ def steps(env_name: str, episodes: int, timed: int, data: Path) -> dict:
         metrics = training.grpo_step(engine.model, engine.optimizer, packed, **step)
         seconds.append(time.perf_counter() - started)
     return {"seconds": seconds, "rows": int(packed["tokens"].shape[0]), "row_length": int(packed["tokens"].shape[1]),
-            "precision": str(engine.dtype), "metrics": metrics}  # fmt: skip
+            "precision": str(engine.dtype), "metrics": metrics,
+            "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}  # fmt: skip
 
 
 def main() -> None:
@@ -69,7 +71,8 @@ def main() -> None:
         return checkout_ab.run_child(__file__, checkout, args.env, str(args.episodes), str(args.steps), str(data))
 
     def report(name: str, result: dict) -> None:
-        print(f"{name}: {[round(s, 2) for s in result['seconds']]} s a step", flush=True)
+        print(f"{name}: {[round(s, 2) for s in result['seconds']]} s a step, peak RSS {result['peak_rss_gib']:.2f} GiB",
+              flush=True)  # fmt: skip
 
     rounds = checkout_ab.alternate(args.before, args.after, args.rounds, args.data / "cache", side, report)
     summary = {side: {"median_step_s": statistics.median(s for r in results for s in r["seconds"])}

@@ -10,7 +10,8 @@ new positions, cache length). The step rows and validation points of the job's s
 FLOPs counted (``Shapes``): 2 x params per position through the decoder's linear layers (LoRA adapters where they
 are on), 2 x vocab x hidden per position whose logits are made (the head), and 4 x layers x hidden per (query, key)
 pair of attention (QK^T and AV). A training row of n positions runs: the policy's forward, the reference's forward
-(adapter off, no grad), the recomputed forward of gradient checkpointing (layers only, not the head), and the
+(adapter off, no grad), the recomputed forward of gradient checkpointing (the layers' products only: neither the
+head nor the attention, whose outputs are kept, attention.checkpoint_context), and the
 backward: activation gradients through the frozen base (2 x params per position, attention 2x its forward) plus the
 LoRA weights' gradients; no weight gradient of the base. The head runs only where ART's loss reads (the replies).
 The packed row's attention mask is dense, so all n^2 pairs count. Sampling: the prefill's positions against their
@@ -79,7 +80,7 @@ def train_row_flops(
     pairs, logits = n * n, n if logits is None else logits
     out = {"policy_forward": forward_flops(s, n, pairs, logits=logits)}
     out["reference_forward"] = forward_flops(s, n, pairs, logits=logits, lora=False) if reference else 0.0
-    out["recompute"] = 2.0 * (s.body_params + s.lora_params) * n + 4.0 * s.layers * s.hidden * pairs if checkpointing else 0.0
+    out["recompute"] = 2.0 * (s.body_params + s.lora_params) * n if checkpointing else 0.0
     out["backward"] = (
         2.0 * (s.body_params + s.lora_params) * n  # activation gradients through the (frozen) base and the adapters
         + 2.0 * s.lora_params * n  # the adapters' weight gradients

@@ -16,16 +16,22 @@ and each row's own keys in another, merged by their log-sum-exps (the cascade at
 row's copy of the opening was read at every decoded token: PyTorch's CPU flash kernel over it was 38% of an email
 validation's model time.
 
+While training, gradient checkpointing recomputes each layer's forward in the backward; ``checkpoint_context`` keeps
+the attention kernel's outputs (a few KiB a position) so the recompute runs only the layer's products, not the
+attention again, the part of a pass that runs furthest below the machine's rate on a CPU.
+
 ``implementation_for(device)`` names it for a model loaded on the CPU; CUDA keeps ``sdpa`` (its kernels were not
 measured against this here). The mask transformers builds for it is ``sdpa``'s.
 """
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Any
 
 import torch
+from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
@@ -44,6 +50,7 @@ def grouped_sdpa_attention(
     keep_prefix: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None,
     shared_prefix: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None,
     shared_states: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None,
+    sdpa_reads: torch.Tensor | None = None,
     **_: Any,
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention-function contract: query ``[b, heads, q, d]``, key/value ``[b, kv_heads, k, d]``; the
@@ -51,7 +58,8 @@ def grouped_sdpa_attention(
 
     ``keep_prefix`` keeps each layer's keys and values (the first call's: a checkpoint's recompute keeps none);
     ``shared_prefix`` lays a kept layer's before this call's own, for every row (shared_prefix.py); ``shared_states``
-    (``[1, kv_heads, positions, dim]`` a layer) are states every query of every row sees, before the cache's own."""
+    (``[1, kv_heads, positions, dim]`` a layer) are states every query of every row sees, before the cache's own;
+    ``sdpa_reads`` is ``attention_mask`` converted before the pass (``converted_mask``), as training passes give it."""
     if shared_states is not None:
         return _cascade(query, *shared_states[module.layer_idx], key, value, attention_mask, scaling), None
     if keep_prefix is not None:
@@ -67,7 +75,9 @@ def grouped_sdpa_attention(
     if attention_mask is None and q_len > 1 and (is_causal if is_causal is not None else getattr(module, "is_causal", True)):
         # the causal mask sdpa would have implied, made explicit: grouped rows keep their positions
         attention_mask = CAUSAL if q_len == k_len else _causal(q_len, k_len, query.device)
-    if attention_mask is not None and attention_mask is not CAUSAL:
+    if sdpa_reads is not None:
+        attention_mask = sdpa_reads
+    elif attention_mask is not None and attention_mask is not CAUSAL:
         attention_mask = _as_sdpa_reads(attention_mask, n_rep, query.dtype)
     if attention_mask is CAUSAL:  # every row plain causal: sdpa's own causal kernel skips the masked half
         key, value = key.repeat_interleave(n_rep, dim=1), value.repeat_interleave(n_rep, dim=1)
@@ -139,6 +149,16 @@ def _as_sdpa_reads(mask: torch.Tensor, n_rep: int, dtype: torch.dtype) -> torch.
     return converted
 
 
+def converted_mask(backbone: torch.nn.Module, mask: torch.Tensor) -> torch.Tensor:
+    """A pass's 4-D boolean ``mask`` as every layer's attention reads it in ``backbone`` (a Llama-like decoder stack),
+    made before the pass. Selective checkpointing (``checkpoint_context``) requires a layer's recompute to run the
+    operations its forward ran; converting the mask in whichever layer first meets it (``_as_sdpa_reads``) would put
+    the conversion in one layer's forward and in another's recompute."""
+    config = backbone.config
+    dtype = backbone.get_input_embeddings().weight.dtype
+    return _converted(mask, config.num_attention_heads // config.num_key_value_heads, dtype)
+
+
 def _converted(mask: torch.Tensor, n_rep: int, dtype: torch.dtype) -> torch.Tensor:
     """CAUSAL where ``mask`` is square, plain causal and alike in every row; otherwise ``_grouped``."""
     q_len, k_len = mask.shape[-2:]
@@ -154,6 +174,21 @@ def _causal(q_len: int, k_len: int, device: torch.device) -> torch.Tensor:
 
 AttentionInterface.register(NAME, grouped_sdpa_attention)
 AttentionMaskInterface.register(NAME, sdpa_mask)
+
+
+# What sdpa runs on a CPU: its outputs (the attention's output and log-sum-exp, which its backward reads) are kept
+_KEPT_OPS = frozenset({torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default})
+
+
+def _keep_attention(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+    return CheckpointPolicy.MUST_SAVE if op in _KEPT_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+# torch.utils.checkpoint's ``context_fn`` for a layer checkpointed over this attention: everything but the attention
+# kernel is recomputed in the backward. Its outputs are [rows, heads, positions, 64] in the model's dtype and a
+# float32 log-sum-exp a head and position: 35 KiB a position over SmolLM2's 30 layers in bf16, against about 700 KiB
+# for everything a layer's backward reads.
+checkpoint_context = functools.partial(create_selective_checkpoint_contexts, _keep_attention)
 
 
 def implementation_for(device: torch.device) -> str:

@@ -19,7 +19,7 @@ from art import dev
 
 from service.backends import layout
 from service.backends.openai_server import Sample
-from service.backends.transformers import attention, chat, training
+from service.backends.transformers import attention, chat, shared_prefix, training
 from service.backends.transformers.generation import Generator, SamplingRequest
 from service.backends.transformers.models import load_tokenizer
 from service.backends.transformers.precision import resolve
@@ -74,7 +74,10 @@ class PolicyEngine:
             self.model = get_peft_model(base, config)
             self.step = 0
         if lora.gradient_checkpointing:
-            self.model.get_base_model().gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            # on the CPU's attention the recompute skips the attention itself (attention.checkpoint_context)
+            selective = {"context_fn": attention.checkpoint_context} if shared_prefix.applies(base) else {}
+            self.model.get_base_model().gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False, **selective})
         self.model.eval()
         self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=1e-5)
         if steps:

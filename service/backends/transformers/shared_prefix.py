@@ -58,12 +58,15 @@ def hidden_states(
     """The backbone's last hidden states of every row, as one call over the rows would give them, the first
     ``length`` positions (alike in every row: ``shared_length``) computed once."""
     kept: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-    opening = _run(backbone, tokens[:1, :length], mask[:1, :length, :length], positions[:1, :length], keep_prefix=kept)
-    rest = _run(backbone, tokens[:, length:], mask[:, length:, :], positions[:, length:], shared_prefix=kept)
+    opening = run(backbone, tokens[:1, :length], mask[:1, :length, :length], positions[:1, :length], keep_prefix=kept)
+    rest = run(backbone, tokens[:, length:], mask[:, length:, :], positions[:, length:], shared_prefix=kept)
     return torch.cat([opening.expand(tokens.shape[0], -1, -1), rest], dim=1)
 
 
-def _run(backbone: torch.nn.Module, tokens: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
-         **prefix: Any) -> torch.Tensor:  # fmt: skip
-    return backbone(input_ids=tokens.clamp(min=0), attention_mask=mask.unsqueeze(1), position_ids=positions,
-                    use_cache=False, **prefix).last_hidden_state  # fmt: skip
+def run(backbone: torch.nn.Module, tokens: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
+        **prefix: Any) -> torch.Tensor:  # fmt: skip
+    """The backbone's last hidden states of ``tokens`` under ``mask`` ([rows, positions, keys]), which the attention
+    reads as converted once before the pass (``attention.converted_mask``)."""
+    mask = mask.unsqueeze(1)
+    return backbone(input_ids=tokens.clamp(min=0), attention_mask=mask, position_ids=positions, use_cache=False,
+                    sdpa_reads=attention.converted_mask(backbone, mask), **prefix).last_hidden_state  # fmt: skip

@@ -122,11 +122,12 @@ def read_positions(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
 def _hidden(model: torch.nn.Module, tokens: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """The backbone's last hidden states; an opening every row holds alike is computed once (shared_prefix.py)."""
     with adapter_in_base_dtype(model):
-        if shared_prefix.applies(model) and (length := shared_prefix.shared_length(tokens, positions, mask)):
+        if not shared_prefix.applies(model):  # CUDA's sdpa
+            return _backbone(model)(input_ids=tokens.clamp(min=0), attention_mask=mask.unsqueeze(1),
+                                    position_ids=positions, use_cache=False).last_hidden_state  # fmt: skip
+        if length := shared_prefix.shared_length(tokens, positions, mask):
             return shared_prefix.hidden_states(_backbone(model), tokens, mask, positions, length)
-        return _backbone(model)(
-            input_ids=tokens.clamp(min=0), attention_mask=mask.unsqueeze(1), position_ids=positions, use_cache=False
-        ).last_hidden_state
+        return shared_prefix.run(_backbone(model), tokens, mask, positions)
 
 
 def micro_batches(tokens: torch.Tensor, positions: torch.Tensor) -> list[slice]:
