@@ -45,3 +45,19 @@ def build_tiny_lm(folder: Path, *, seed: int = 0) -> Path:
 def tiny_lm(tmp_path_factory) -> Path:
     """A directory holding the tiny model, shared by the session's tests (read-only)."""
     return build_tiny_lm(tmp_path_factory.mktemp("tiny-lm"))
+
+
+def engine_with_adapter(model_dir: Path, base: Path, dtype):
+    """A PolicyEngine on the tiny model in ``dtype`` whose LoRA B weights are drawn nonzero (PEFT starts them at 0),
+    so the adapter changes the outputs and gradients flow through every path."""
+    import torch
+
+    from service.backends.transformers.engine import LoraSettings, PolicyEngine
+
+    engine = PolicyEngine(model_dir, base, lora=LoraSettings(rank=8), device=torch.device("cpu"), dtype=dtype)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, param in engine.model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05)
+    return engine

@@ -10,7 +10,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from service.backends.transformers import attention, training
-from service.backends.transformers.engine import LoraSettings, PolicyEngine
+from service.backends.transformers.engine import PolicyEngine
+from tests.tiny_lm import engine_with_adapter
 
 ROWS, WIDTH, OPENING = 3, 200, 140
 FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
@@ -30,14 +31,7 @@ class _AttentionCalls(TorchDispatchMode):
 
 @pytest.fixture(scope="module", params=[torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
 def engine(request, tiny_lm, tmp_path_factory) -> PolicyEngine:
-    engine = PolicyEngine(tmp_path_factory.mktemp("model"), tiny_lm, lora=LoraSettings(rank=8),
-                          device=torch.device("cpu"), dtype=request.param)  # fmt: skip
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for name, param in engine.model.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0, 0.05)  # a nonzero adapter, so gradients flow through every path
-    return engine
+    return engine_with_adapter(tmp_path_factory.mktemp("model"), tiny_lm, request.param)
 
 
 def _rows(vocab: int, opening: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

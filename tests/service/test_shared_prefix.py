@@ -8,21 +8,15 @@ import pytest
 import torch
 
 from service.backends.transformers import shared_prefix, training
-from service.backends.transformers.engine import LoraSettings, PolicyEngine
+from service.backends.transformers.engine import PolicyEngine
+from tests.tiny_lm import engine_with_adapter
 
 OPENING, ROWS, WIDTH = 150, 4, 230
 
 
 @pytest.fixture(scope="module")
 def engine(tiny_lm, tmp_path_factory) -> PolicyEngine:
-    engine = PolicyEngine(tmp_path_factory.mktemp("model"), tiny_lm, lora=LoraSettings(rank=8),
-                          device=torch.device("cpu"), dtype=torch.float32)  # fmt: skip
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for name, param in engine.model.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0, 0.05)  # a nonzero adapter, so its gradients flow through the opening too
-    return engine
+    return engine_with_adapter(tmp_path_factory.mktemp("model"), tiny_lm, torch.float32)  # gradients via the opening too
 
 
 def _rows(vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
