@@ -47,7 +47,9 @@ from floods import FLOODS, QUEUED_SPEC, TIMEOUT_S, FloodSize, outcome  # noqa: E
 from http_load import percentile  # noqa: E402
 from service_overhead import free_port, wait_until_serving  # noqa: E402
 
-os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bars from loading the base model here
+from service.process_env import apply_process_defaults  # noqa: E402
+
+apply_process_defaults()  # no network, no tqdm bars: before anything imports litellm, transformers or tqdm
 TINY_CHAT = {"messages": [{"role": "user", "content": "What is 2 + 3?"}], "max_tokens": 1}
 
 

@@ -28,6 +28,10 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from service.process_env import apply_process_defaults  # noqa: E402
+
+apply_process_defaults()  # no network, no tqdm bars: before anything imports litellm, transformers or tqdm
+
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]

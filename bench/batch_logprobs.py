@@ -10,12 +10,12 @@ how far the logprobs moved.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TQDM_DISABLE", "1")
+from service.process_env import apply_process_defaults  # noqa: E402
+
+apply_process_defaults()  # no network, no tqdm bars: before anything imports litellm, transformers or tqdm
 
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 

@@ -20,6 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from service.process_env import apply_process_defaults  # noqa: E402
+
+apply_process_defaults()  # no network, no tqdm bars: before anything imports litellm, transformers or tqdm
+
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 

@@ -40,8 +40,9 @@ import time
 import types
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+from service.process_env import apply_process_defaults  # noqa: E402
+
+apply_process_defaults()  # no network, no tqdm bars: before anything imports litellm, transformers or tqdm
 if importlib.util.find_spec("polars") is None:
     sys.modules["polars"] = types.ModuleType("polars")
 

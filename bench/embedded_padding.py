@@ -27,6 +27,10 @@ from unittest import mock
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
+from service.process_env import apply_process_defaults  # noqa: E402
+
+apply_process_defaults()  # no network, no tqdm bars: before anything imports litellm, transformers or tqdm
+
 import torch  # noqa: E402
 
 from environments.math import MathEnvironment  # noqa: E402

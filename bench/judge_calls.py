@@ -24,7 +24,9 @@ import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+from service.process_env import apply_process_defaults  # noqa: E402
+
+apply_process_defaults()  # no network, no tqdm bars: before anything imports litellm, transformers or tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import art  # noqa: E402

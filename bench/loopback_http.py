@@ -24,6 +24,10 @@ import sys
 import time
 from pathlib import Path
 
+from service.process_env import apply_process_defaults  # noqa: E402
+
+apply_process_defaults()  # no network, no tqdm bars: before anything imports litellm, transformers or tqdm
+
 import httpx
 import uvicorn
 from openai import AsyncOpenAI, DefaultAsyncHttpxClient

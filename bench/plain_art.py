@@ -16,8 +16,9 @@ import os
 import time
 from pathlib import Path
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("TQDM_DISABLE", "1")
+from service.process_env import apply_process_defaults  # noqa: E402
+
+apply_process_defaults()  # no network, no tqdm bars: before anything imports litellm, transformers or tqdm
 
 import art  # noqa: E402
 

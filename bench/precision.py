@@ -21,7 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from service.process_env import apply_process_defaults  # noqa: E402
+
+apply_process_defaults()  # no network, no tqdm bars: before anything imports litellm, transformers or tqdm
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the service's workers wait (service/cpu.py): asleep
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's service, not an installed one
 

@@ -23,7 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before ART imports litellm, as artsvc's main() does
+from service.process_env import apply_process_defaults  # noqa: E402
+
+apply_process_defaults()  # no network, no tqdm bars: before anything imports litellm, transformers or tqdm
 
 from sqlmodel import Session  # noqa: E402
 

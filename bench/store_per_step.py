@@ -33,8 +33,9 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-os.environ.setdefault("TQDM_DISABLE", "1")
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+from service.process_env import apply_process_defaults  # noqa: E402
+
+apply_process_defaults()  # no network, no tqdm bars: before anything imports litellm, transformers or tqdm
 
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.orm import Session as OrmSession

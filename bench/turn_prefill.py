@@ -18,8 +18,9 @@ import random
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TQDM_DISABLE", "1")
+from service.process_env import apply_process_defaults  # noqa: E402
+
+apply_process_defaults()  # no network, no tqdm bars: before anything imports litellm, transformers or tqdm
 
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402

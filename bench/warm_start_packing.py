@@ -25,8 +25,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+from service.process_env import apply_process_defaults  # noqa: E402
+
+apply_process_defaults()  # no network, no tqdm bars: before anything imports litellm, transformers or tqdm
 
 import torch  # noqa: E402
 

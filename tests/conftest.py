@@ -10,8 +10,9 @@ import shutil
 import uuid
 from pathlib import Path
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("TQDM_DISABLE", "1")
+from service.process_env import apply_process_defaults
+
+apply_process_defaults()  # as `artsvc` does, before anything imports litellm or tqdm
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # tests share the cores: no process's threads spin (service/cpu.py)
 if os.environ.get("PYTEST_XDIST_WORKER"):  # one torch thread per test process (and the servers it starts): two
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # processes with two threads each on two cores only thrash
