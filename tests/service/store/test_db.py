@@ -87,6 +87,8 @@ def test_writers_in_other_processes_take_turns_too(tmp_path):
         while not held.exists():
             assert other.is_alive() and time.monotonic() < deadline, "the other process never took its turn"
             time.sleep(0.01)
+        with writer_turn_now(make_engine(url)) as ours:
+            assert ours is False  # the other process's turn: the event loop does not wait for it
         order: list[str] = []
 
         def write() -> None:
@@ -97,11 +99,13 @@ def test_writers_in_other_processes_take_turns_too(tmp_path):
         waiter.start()
         waiter.join(0.3)
         assert waiter.is_alive() and order == []  # still waiting for the other process's turn
-        release.touch()
         with writer_turn_now(make_engine(url)) as ours:
-            assert ours is False  # and the event loop does not wait at all
+            assert ours is False  # nor for this process's writer that waits on it
+        release.touch()
         waiter.join(10)
         assert order == ["here"]
+        with writer_turn_now(make_engine(url)) as ours:
+            assert ours is True  # nobody's turn now: the loop takes it
         assert (tmp_path / "a.db.writer-lock").exists()
     finally:
         release.touch()
