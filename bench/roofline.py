@@ -43,9 +43,11 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from service.process_env import PROCESS_DEFAULTS
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-ENV = {"HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+ENV = dict(PROCESS_DEFAULTS)  # no network, no tqdm bars: as `artsvc` runs, in this process and the job's
 FLAGS = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2")
 
 
