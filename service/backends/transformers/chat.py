@@ -24,7 +24,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from art.types import Tools
+from openai.types.chat import ChatCompletionToolParam
 from pydantic import TypeAdapter
 
 from service.backends.transformers import structured
@@ -53,7 +53,10 @@ _HERMES_CHATML = r"""{%- if messages[0].role == 'system' %}{{- '<|im_start|>syst
 {%- endif %}{%- endfor %}
 {%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"""
 
-_TRAJECTORY_TOOLS = TypeAdapter(Tools)
+# ART's ``art.types.Tools``, named here so that the inference process, which serves base models and never trains,
+# does not import ART for it (2-3 s of CPU a process start: litellm and ART's own modules)
+TOOLS = list[ChatCompletionToolParam]
+_TRAJECTORY_TOOLS = TypeAdapter(TOOLS)
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 _NAME = re.compile(r'"name"\s*:\s*"([^"\\]{0,64})"')
 

@@ -5,6 +5,7 @@ when its parent dies (kill -9 included). No model is loaded: a checkpoint that d
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -107,3 +108,19 @@ def test_a_child_that_answers_nothing_is_killed_past_the_deadline_and_replaced(t
         assert asyncio.run(status()) == 404  # a new child answers
     finally:
         engine.close()
+
+
+def test_the_model_the_process_serves_loads_without_art():
+    """The inference process serves base models and trained checkpoints and never trains: importing its model module
+    (torch and transformers) must not import ART, whose import (litellm, ART's modules) a process start would pay."""
+    from art.types import Tools
+
+    from service.backends.transformers import chat
+    from service.inference.child import MODEL_MODULE
+
+    assert chat.TOOLS == Tools  # the tool lists of trajectories, typed as ART types them
+    probe = (f"import importlib, json, sys; importlib.import_module({MODEL_MODULE!r}); "
+             "print(json.dumps([m for m in ('torch', 'transformers', 'art', 'litellm') if m in sys.modules]))")  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == ["torch", "transformers"]
