@@ -54,7 +54,7 @@ _HERMES_CHATML = r"""{%- if messages[0].role == 'system' %}{{- '<|im_start|>syst
 {%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"""
 
 # ART's ``art.types.Tools``, named here so that the inference process, which serves base models and never trains,
-# does not import ART for it (2-3 s of CPU a process start: litellm and ART's own modules)
+# does not import ART for it (about 2 s of CPU a process start: litellm and ART's own modules)
 TOOLS = list[ChatCompletionToolParam]
 _TRAJECTORY_TOOLS = TypeAdapter(TOOLS)
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
