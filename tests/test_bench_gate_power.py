@@ -5,7 +5,8 @@ from pathlib import Path
 
 import numpy as np
 
-spec = importlib.util.spec_from_file_location("gate_power", Path(__file__).resolve().parents[1] / "bench" / "gate_power.py")
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+spec = importlib.util.spec_from_file_location("gate_power", BENCH / "gate_power.py")
 gate_power = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(gate_power)
 
