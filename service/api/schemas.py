@@ -199,6 +199,9 @@ class OverallDelta(BaseModel):
     delta: float
     ci_low: float
     ci_high: float
+    candidate_only: int = Field(description="Examples counted on the candidate's side only (correct, or with this "
+                                "outcome): with baseline_only, the pairs that moved, which alone carry the delta.")
+    baseline_only: int = Field(description="Examples counted on the baseline's side only.")
 
 
 class OutcomeDelta(OverallDelta):

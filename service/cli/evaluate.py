@@ -74,8 +74,9 @@ def compare(
     console.print(f"[{colour}]{verdict['decision']}[/{colour}]", highlight=False)
     if (overall := verdict.get("overall")) is not None:
         console.print(f"accuracy {overall['baseline']:.3f} -> {overall['candidate']:.3f} ({overall['delta']:+.3f}, "
-                      f"{verdict['confidence']:.0%} interval [{overall['ci_low']:+.3f}, {overall['ci_high']:+.3f}])",
-                      highlight=False)  # fmt: skip
+                      f"{verdict['confidence']:.0%} interval [{overall['ci_low']:+.3f}, {overall['ci_high']:+.3f}]; "
+                      f"{overall['candidate_only']} examples correct in the candidate only, "
+                      f"{overall['baseline_only']} in the baseline only)", highlight=False)  # fmt: skip
         table = Table("outcome", "baseline", "candidate", "delta", "interval", "regressed")
         for row in verdict["outcomes"]:
             table.add_row(escape(row["outcome"]), f"{row['baseline']:.3f}", f"{row['candidate']:.3f}", f"{row['delta']:+.3f}",

@@ -37,11 +37,14 @@ def _interval(deltas: np.ndarray, confidence: float) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def _paired(base: np.ndarray, cand: np.ndarray, picks: np.ndarray, confidence: float) -> dict[str, float]:
+def _paired(base: np.ndarray, cand: np.ndarray, picks: np.ndarray, confidence: float) -> dict[str, float | int]:
+    """Each side's rate, the delta with its bootstrap interval, and the examples that moved: counted on one side only
+    (the discordant pairs, which alone carry the delta: examples alike on both sides cancel)."""
     deltas = cand[picks].mean(axis=1) - base[picks].mean(axis=1)
     low, high = _interval(deltas, confidence)
     return {"baseline": float(base.mean()), "candidate": float(cand.mean()), "delta": float(cand.mean() - base.mean()),
-            "ci_low": low, "ci_high": high}  # fmt: skip
+            "ci_low": low, "ci_high": high, "candidate_only": int(((cand > 0) & (base == 0)).sum()),
+            "baseline_only": int(((base > 0) & (cand == 0)).sum())}  # fmt: skip
 
 
 def _side(m: Measured) -> dict[str, Any]:

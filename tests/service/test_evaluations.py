@@ -107,12 +107,16 @@ async def test_comparable_runs_are_gated_by_the_bootstrap_interval_and_min_delta
     assert overall["candidate"] == 1.0 and overall["delta"] == pytest.approx(1.0 - overall["baseline"])
     assert overall["ci_low"] <= overall["delta"] <= overall["ci_high"]
     assert overall["ci_low"] > 0.05
+    examples = better["baseline"]["examples"]  # the delta is the examples that moved, and only they
+    assert overall["baseline_only"] == 0 and overall["candidate_only"] == round(overall["delta"] * examples) > 0
     too_much = compare(measured(engine, sloppy), measured(engine, oracle), min_delta=0.6)
     assert too_much["decision"] == "REJECT" and "min_delta" in too_much["reasons"][0]
     same = compare(measured(engine, sloppy), measured(engine, sloppy), min_delta=0.0)
     assert same["decision"] == "ACCEPT" and same["overall"]["ci_low"] == same["overall"]["ci_high"] == 0.0
+    assert same["overall"]["candidate_only"] == same["overall"]["baseline_only"] == 0
     worse = compare(measured(engine, oracle), measured(engine, sloppy), min_delta=0.0)
     assert worse["decision"] == "REJECT"
+    assert (worse["overall"]["candidate_only"], worse["overall"]["baseline_only"]) == (0, overall["candidate_only"])
 
 
 @pytest.mark.asyncio
@@ -123,6 +127,10 @@ async def test_a_regression_in_one_outcome_shows_even_when_the_total_rises(engin
     assert verdict["overall"]["delta"] > 0.1  # terse is right more often...
     by_outcome = {row["outcome"]: row for row in verdict["outcomes"]}
     assert by_outcome["missing_prefix"]["regressed"] and by_outcome["missing_prefix"]["baseline"] == 0.0
+    examples = verdict["baseline"]["examples"]  # every example that moved into the new failure is counted there
+    new_failure = by_outcome["missing_prefix"]
+    assert new_failure["candidate_only"] == round(new_failure["candidate"] * examples) > 0
+    assert new_failure["baseline_only"] == 0
     assert not by_outcome["wrong_answer"]["regressed"] and by_outcome["correct"]["failure"] is False
     assert verdict["decision"] == "REJECT"  # ...but a new failure mode appeared
     assert any(reason.startswith("outcome missing_prefix rose") for reason in verdict["reasons"])

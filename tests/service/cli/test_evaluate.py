@@ -44,7 +44,10 @@ def test_evaluate_queues_and_compare_gates_with_its_exit_code(live_server, engin
 
     accepted = artsvc("compare", ids["sloppy"], ids["oracle"], "--min-delta", "0.05", "--json", cwd=tmp_path, **env)
     assert accepted.returncode == 0, accepted.stderr
-    assert json.loads(accepted.stdout.splitlines()[-1])["decision"] == "ACCEPT" and "ACCEPT" in said(accepted)
+    verdict = json.loads(accepted.stdout.splitlines()[-1])
+    assert verdict["decision"] == "ACCEPT" and "ACCEPT" in said(accepted)
+    moved = verdict["overall"]["candidate_only"]  # the examples that moved, as the accuracy line says them
+    assert f"{moved} examples correct in the candidate only, 0 in the baseline only" in " ".join(said(accepted).split())
     rejected = artsvc("compare", ids["oracle"], ids["sloppy"], cwd=tmp_path, **env)
     assert rejected.returncode == 1 and "REJECT" in said(rejected) and "lower bound" in said(rejected)
 
