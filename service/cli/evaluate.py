@@ -77,10 +77,11 @@ def compare(
                       f"{verdict['confidence']:.0%} interval [{overall['ci_low']:+.3f}, {overall['ci_high']:+.3f}]; "
                       f"{overall['candidate_only']} examples correct in the candidate only, "
                       f"{overall['baseline_only']} in the baseline only)", highlight=False)  # fmt: skip
-        table = Table("outcome", "baseline", "candidate", "delta", "interval", "regressed")
+        table = Table("outcome", "baseline", "candidate", "delta", "interval", "examples in / out", "regressed")
         for row in verdict["outcomes"]:
             table.add_row(escape(row["outcome"]), f"{row['baseline']:.3f}", f"{row['candidate']:.3f}", f"{row['delta']:+.3f}",
-                          f"[{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]", "yes" if row["regressed"] else "")  # fmt: skip
+                          f"[{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]",
+                          f"{row['candidate_only']} / {row['baseline_only']}", "yes" if row["regressed"] else "")  # fmt: skip
         console.print(table)
     for reason in verdict["reasons"]:
         console.print(f"- {escape(reason)}", soft_wrap=True, highlight=False)
