@@ -55,6 +55,10 @@ async def test_evaluations_are_queued_run_and_read_back_with_results_and_compare
     verdict = client.get("/v1/compare", params={"baseline": evaluation["id"], "candidate": oracle["id"], "min_delta": 0.05},
                          headers=headers).json()  # fmt: skip
     assert verdict["decision"] == "ACCEPT" and verdict["overall"]["candidate"] == 1.0
+    moved = verdict["overall"]  # every example the oracle gains is counted, none lost
+    assert moved["baseline_only"] == 0 and moved["candidate_only"] == round(moved["delta"] * 40) > 0
+    assert client.get("/v1/compare", params={"baseline": "x" * 65, "candidate": oracle["id"]},
+                      headers=headers).status_code == 422  # fmt: skip
     assert {row["outcome"] for row in verdict["outcomes"]} == {"correct", "wrong_answer"}
     other = client.get("/v1/compare", params={"baseline": evaluation["id"], "candidate": oracle["id"]}, headers=auth())
     assert other.status_code == 404  # another client sees neither
