@@ -14,7 +14,7 @@ independent, conservative case. ``--from-results FILE ...`` measures it on finis
 the step-0 and best-step outcomes of each example), as the observed correlation over the largest one two outcomes of
 those accuracies can have, and runs the table at the median of the files.
 
-    python bench/gate_power.py [--trials 200] [--examples 50 100 200 400] [--coupling 0.0]
+    python bench/gate_power.py [--trials 1000] [--examples 50 100 200 400] [--coupling 0.0]
     python bench/gate_power.py --from-results bench/results/twenty48_rl_zen4_*.json --label 2048
 """
 
@@ -66,7 +66,7 @@ def coupling_of(result: dict) -> dict | None:
     spread = p * (1 - p) * q * (1 - q)
     if spread == 0:
         return None
-    correlation = float(((x - p) * (y - q)).mean() / np.sqrt(spread))
+    correlation = float(np.corrcoef(x, y)[0, 1])
     largest = float((min(p, q) - p * q) / np.sqrt(spread))
     return {"examples": len(ids), "step0": float(p), "best": float(q), "best_step": best,
             "correlation": round(correlation, 3), "coupling": round(max(0.0, correlation / largest), 3)}  # fmt: skip
@@ -74,7 +74,7 @@ def coupling_of(result: dict) -> dict | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--examples", type=int, nargs="+", default=[50, 100, 200, 400])
     parser.add_argument("--coupling", type=float, default=0.0, help="share of examples drawn from one uniform (0-1)")
     parser.add_argument("--from-results", type=Path, nargs="+", help="measure the coupling on these jobs' results")
