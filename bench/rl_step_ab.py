@@ -6,7 +6,8 @@
 Each checkout runs in its own child process (its own code, this venv): SmolLM2-135M-Instruct through the transformers
 backend's ``PolicyEngine``, the environment's first ``--episodes`` teacher episodes as RL rows (one a packed row, as a
 group's episodes are packed), and ``training.grpo_step`` at learning rate 0 (policy forward and backward, reference
-pass, optimizer step), once untimed and then ``--steps`` times. Rounds alternate before/after; writes
+pass, optimizer step; the activations the engine's budget keeps, where the checkout has one), once untimed and then
+``--steps`` times. Rounds alternate before/after; writes
 ``bench/results/rl_step_ab[_LABEL].json``.
 """
 
@@ -37,7 +38,8 @@ def steps(env_name: str, episodes: int, timed: int, data: Path) -> dict:
     engine = PolicyEngine(data / "model", resolve_base_model("SmolLM2-135M-Instruct", data / "cache"))
     rows = training.sft_rows(engine.tokenizer, list(load(env_name, {}).demonstrations(seed=0, count=episodes)))
     packed = training.pack(rows, seq_len=0)
-    step = {"learning_rate": 0.0, "config": dev.TrainConfig(), "max_grad_norm": 1.0}
+    kept = {"kept": engine.kept} if hasattr(engine, "kept") else {}  # its activations budget, where the checkout has one
+    step = {"learning_rate": 0.0, "config": dev.TrainConfig(), "max_grad_norm": 1.0, **kept}
     training.grpo_step(engine.model, engine.optimizer, packed, **step)  # untimed: the first pass's allocations
     seconds = []
     for _ in range(timed):

@@ -104,6 +104,13 @@ class Settings(BaseSettings):
         "natively (AMX-BF16, AVX512-BF16), float32 on others (AVX2 only emulates it, slower). Manifests lock it: runs "
         "measured in different precisions are not compared.",
     )
+    activation_memory_gib: float | None = Field(
+        None, ge=0, le=4096,
+        description="GiB of activations one training pass of the transformers backend may keep for its backward "
+        "instead of recomputing them (gradient checkpointing), layer by layer; the rest are recomputed. Unset: a "
+        "quarter of the machine's memory, at most 4 GiB. 0: every layer recomputes. Time and memory only: kept or "
+        "recomputed, a step's gradients are the same.",
+    )
     poll_seconds: float = Field(1.0, gt=0, description="How often an idle worker looks for queued jobs (a job queued "
                                 "wakes it at once: service/store/queue_signal.py).")
     trajectories_per_step: int = Field(8, ge=0, le=1024, description="Rollouts kept per step for operators to read.")

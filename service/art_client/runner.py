@@ -109,7 +109,8 @@ async def run_client_batch(
             backend, trainable = warm
         else:
             backend = make_backend("transformers", data_dir=data_dir, seed=0, precision=settings.precision,
-                                   max_sequence_tokens=settings.client_max_sequence_tokens)  # fmt: skip
+                                   max_sequence_tokens=settings.client_max_sequence_tokens,
+                                   activation_memory_gib=settings.activation_memory_gib)  # fmt: skip
             name = layout.job_model_name(series.id, spec.model.name)
             trainable = art.TrainableModel(name=name, project=layout.PROJECT, base_model=model.base_model,
                                            base_path=str(data_dir / "art"))  # fmt: skip

@@ -22,15 +22,20 @@ class BackendUnavailableError(RuntimeError):
 
 
 def make_backend(
-    name: str, *, data_dir: Path, seed: int, precision: Precision = "auto", max_sequence_tokens: int | None = None
+    name: str, *, data_dir: Path, seed: int, precision: Precision = "auto", max_sequence_tokens: int | None = None,
+    activation_memory_gib: float | None = None,
 ) -> art.Backend:
     """A fresh backend instance; the caller closes it. ``precision`` is the transformers backend's base dtype
-    (``Settings.precision``), ``max_sequence_tokens`` the longest trajectory it trains (None: any)."""
+    (``Settings.precision``), ``max_sequence_tokens`` the longest trajectory it trains (None: any),
+    ``activation_memory_gib`` what a training pass may keep of its activations (``Settings.activation_memory_gib``)."""
     if name == "transformers":
         from service.backends.transformers.backend import TransformersBackend
+        from service.backends.transformers.engine import LoraSettings
 
+        memory = None if activation_memory_gib is None else int(activation_memory_gib * 2**30)
         return TransformersBackend(path=data_dir / "models", cache_dir=data_dir / "cache", seed=seed,
-                                   precision=precision, max_sequence_tokens=max_sequence_tokens)  # fmt: skip
+                                   precision=precision, max_sequence_tokens=max_sequence_tokens,
+                                   lora=LoraSettings(activation_memory=memory))  # fmt: skip
     if name == "embedded":
         from service.backends.embedded import EmbeddedBackend
 

@@ -62,7 +62,8 @@ async def run_job(
         env = environments.load(spec.environment, spec.environment_args)
         graded_against = {str(row["id"]): row for row in env.scenarios("train")} if spec.reward.mode == "grader" else {}
         judge = judge_for(spec.reward, settings, graded_against, budget)
-        backend = make_backend(spec.model.backend, data_dir=data_dir, seed=spec.seed, precision=settings.precision)
+        backend = make_backend(spec.model.backend, data_dir=data_dir, seed=spec.seed, precision=settings.precision,
+                               activation_memory_gib=settings.activation_memory_gib)  # fmt: skip
         run = Run(job_id, spec, env, trainable_model(job_id, spec, env, data_dir), backend, db, hooks, judge, budget)
         _record_manifest(run)
         run.baseline_accuracy = await baseline_accuracy(run, settings, data_dir)

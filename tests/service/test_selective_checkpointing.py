@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from service.backends.transformers import attention, training
+from service.backends.transformers import activation_memory, attention, training
 from service.backends.transformers.engine import PolicyEngine
 from tests.tiny_lm import engine_with_adapter
 
@@ -44,11 +44,14 @@ def _rows(vocab: int, opening: int) -> tuple[torch.Tensor, torch.Tensor, torch.T
     return tokens, mask, torch.arange(WIDTH).expand(ROWS, WIDTH)
 
 
-def _pass(engine: PolicyEngine, rows, *, keep: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
+def _pass(engine: PolicyEngine, rows, *, keep: int) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
+    """A forward and backward whose last ``keep`` layers keep their activations (the rest recompute them)."""
     model = engine.model
     model.zero_grad(set_to_none=True)
     model.train()
-    with _AttentionCalls() as counted, training.adapter_in_base_dtype(model), training.checkpointing_off(model, keep):
+    layers = activation_memory.checkpointed_layers(model)
+    with (_AttentionCalls() as counted, training.adapter_in_base_dtype(model),
+          activation_memory.kept(layers, keep)):  # fmt: skip
         new, _ = training.token_logprobs(model, *rows)
         (new * torch.linspace(-1, 1, WIDTH)).sum().backward()
     model.eval()
@@ -59,14 +62,15 @@ def _pass(engine: PolicyEngine, rows, *, keep: bool) -> tuple[torch.Tensor, dict
 @pytest.mark.parametrize("opening", [OPENING, 0], ids=["opening-once", "whole-rows"])
 def test_the_backward_recomputes_no_attention_and_gives_the_gradients_of_activations_kept(engine, opening):
     rows = _rows(engine.model.config.vocab_size, opening)
-    kept = _pass(engine, rows, keep=True)
-    selective = _pass(engine, rows, keep=False)
-    torch.testing.assert_close(selective[0], kept[0], atol=0, rtol=0)
-    assert selective[1].keys() == kept[1].keys() and any("lora_A" in name for name in kept[1])
-    for name, grad in kept[1].items():
-        torch.testing.assert_close(selective[1][name], grad, atol=0, rtol=0, msg=name)
     layers = engine.model.config.num_hidden_layers
-    assert kept[2] == selective[2] == layers * (2 if opening else 1)  # the opening's pass, then the rows'
+    kept = _pass(engine, rows, keep=layers)
+    for keep in (0, layers // 2):  # every layer recomputed, or the last half kept (a budget that holds half)
+        selective = _pass(engine, rows, keep=keep)
+        torch.testing.assert_close(selective[0], kept[0], atol=0, rtol=0)
+        assert selective[1].keys() == kept[1].keys() and any("lora_A" in name for name in kept[1])
+        for name, grad in kept[1].items():
+            torch.testing.assert_close(selective[1][name], grad, atol=0, rtol=0, msg=name)
+        assert kept[2] == selective[2] == layers * (2 if opening else 1)  # the opening's pass, then the rows'
 
 
 def test_plain_checkpointing_would_run_the_attention_again(engine):
@@ -75,7 +79,7 @@ def test_plain_checkpointing_would_run_the_attention_again(engine):
     rows = _rows(engine.model.config.vocab_size, 0)
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     try:
-        plain = _pass(engine, rows, keep=False)
+        plain = _pass(engine, rows, keep=0)
     finally:
         model.gradient_checkpointing_enable(
             gradient_checkpointing_kwargs={"use_reentrant": False, "context_fn": attention.checkpoint_context})

@@ -9,6 +9,7 @@ import torch
 
 from environments.email.env import EmailEnvironment
 from service.backends.transformers import chat, shared_prefix, training
+from service.backends.transformers.activation_memory import KeptActivations, checkpointed_layers
 
 
 @pytest.fixture(scope="module")
@@ -146,24 +147,29 @@ def test_the_warm_start_becomes_the_kl_reference_and_a_restarted_engine_loads_it
         "default" in name for name, p in again.model.named_parameters() if p.requires_grad)
 
 
-def test_a_warm_start_pass_keeps_its_activations_and_trains_as_one_that_recomputes_them(tiny_lm, tmp_path, monkeypatch):
+def test_a_warm_start_pass_keeps_the_activations_its_budget_holds_and_trains_as_one_that_recomputes_them(
+    tiny_lm, tmp_path
+):
     from service.backends.transformers.engine import LoraSettings, PolicyEngine
 
     engine = PolicyEngine(tmp_path / "model", tiny_lm, lora=LoraSettings(rank=8), dtype=torch.float32)
-    checkpointed = [m for m in engine.model.modules() if getattr(m, "gradient_checkpointing", False) is True]
-    assert checkpointed  # the engine checkpoints; an RL step still does after the warm start (below)
-    recomputable: list[int] = []  # a checkpointed layer's forward goes through its checkpointing function
-    layer = checkpointed[-1]  # a decoder layer
-    checkpoint = layer._gradient_checkpointing_func
-    layer._gradient_checkpointing_func = lambda *args, **kw: recomputable.append(1) or checkpoint(*args, **kw)
+    checkpointed = checkpointed_layers(engine.model)
+    assert len(checkpointed) == 2  # the engine checkpoints both decoder layers; an RL step still does afterwards
+    recomputed_by: list[int] = []  # a checkpointed layer's forward goes through its checkpointing function
+    for index, layer in enumerate(checkpointed):
+        checkpoint = layer._gradient_checkpointing_func
+        layer._gradient_checkpointing_func = (
+            lambda *args, index=index, checkpoint=checkpoint, **kw: recomputed_by.append(index) or checkpoint(*args, **kw))
     rows = training.sft_rows(engine.tokenizer, _demos(2))
-    metrics = {}
-    for kept_up_to in (0, training.KEPT_ACTIVATIONS_POSITIONS):  # recomputed, then kept
-        monkeypatch.setattr(training, "KEPT_ACTIVATIONS_POSITIONS", kept_up_to)
-        recomputable.clear()
-        metrics[kept_up_to] = training.sft_step(engine.model, engine.optimizer, rows, learning_rate=0.0,
-                                                max_grad_norm=1e9)  # fmt: skip
-        assert bool(recomputable) is (kept_up_to == 0)  # the opening and the rows after it: two calls, or none
-    recomputed, kept = metrics.values()  # learning rate 0: the same weights both times
-    assert kept["grad_norm"] > 0 and kept == pytest.approx(recomputed, rel=1e-5)
+    kept = training.kept_bytes(engine.model, "packed")  # measured before: its passes recompute
+    per_layer = kept[0] * 2_000 + kept[1]  # a layer of a pass over more than the rows' 1,554 positions
+    metrics = []
+    for budget, recomputing in ((0, {0, 1}), (int(per_layer), {0}), (int(2 * per_layer), set())):
+        engine.kept = KeptActivations(budget, lambda model, kind: kept)
+        recomputed_by.clear()
+        metrics.append(training.sft_step(engine.model, engine.optimizer, rows, learning_rate=0.0, max_grad_norm=1e9,
+                                         kept=engine.kept))  # fmt: skip
+        assert set(recomputed_by) == recomputing  # the last layers keep theirs first
+    assert metrics[0]["grad_norm"] > 0  # learning rate 0: the same weights every time
+    assert metrics[1] == pytest.approx(metrics[0], rel=1e-5) and metrics[2] == pytest.approx(metrics[0], rel=1e-5)
     assert all(module.gradient_checkpointing for module in checkpointed)

@@ -160,11 +160,15 @@ def converted_mask(backbone: torch.nn.Module, mask: torch.Tensor) -> torch.Tenso
 
 
 def _converted(mask: torch.Tensor, n_rep: int, dtype: torch.dtype) -> torch.Tensor:
-    """CAUSAL where ``mask`` is square, plain causal and alike in every row; otherwise ``_grouped``."""
+    """CAUSAL where ``mask`` is plain causal (``is_plain_causal``); otherwise ``_grouped``."""
+    return CAUSAL if is_plain_causal(mask) else _grouped(mask, n_rep, dtype)
+
+
+def is_plain_causal(mask: torch.Tensor) -> bool:
+    """Whether a boolean 4-D ``mask`` is square, plain causal and alike in every row: what sdpa's causal kernel runs,
+    its keys and values repeated for every query head that reads them."""
     q_len, k_len = mask.shape[-2:]
-    if mask.dtype == torch.bool and q_len == k_len > 1 and bool((mask == _causal(q_len, k_len, mask.device)).all()):
-        return CAUSAL
-    return _grouped(mask, n_rep, dtype)
+    return mask.dtype == torch.bool and q_len == k_len > 1 and bool((mask == _causal(q_len, k_len, mask.device)).all())
 
 
 def _causal(q_len: int, k_len: int, device: torch.device) -> torch.Tensor:

@@ -19,7 +19,7 @@ from art import dev
 
 from service.backends import layout
 from service.backends.openai_server import Sample
-from service.backends.transformers import attention, chat, shared_prefix, training
+from service.backends.transformers import activation_memory, attention, chat, heap, shared_prefix, training
 from service.backends.transformers.generation import Generator, SamplingRequest
 from service.backends.transformers.models import load_tokenizer
 from service.backends.transformers.precision import resolve
@@ -40,6 +40,9 @@ class LoraSettings:
     # with the square), 512 at 3.1 GiB; with gradient checkpointing 512 peaked at 2.1 GiB for 15% more step time.
     seq_len: int = 512
     gradient_checkpointing: bool = True  # recompute each layer's activations in the backward pass: memory for time
+    # bytes of activations a training pass may keep for its backward instead of recomputing them, layer by layer
+    # (activation_memory.py); None: activation_memory.default_budget()
+    activation_memory: int | None = None
 
 
 def default_device() -> torch.device:
@@ -79,6 +82,8 @@ class PolicyEngine:
             self.model.get_base_model().gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False, **selective})
         self.model.eval()
+        budget = activation_memory.default_budget() if lora.activation_memory is None else lora.activation_memory
+        self.kept = activation_memory.KeptActivations(budget, training.kept_bytes)
         self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=1e-5)
         if steps:
             state = layout.checkpoint_dir(model_dir, self.step) / OPTIMIZER_FILE
@@ -91,6 +96,7 @@ class PolicyEngine:
         self.replies = SampledReplies()  # an episode's turns as they were drawn
         self._loaded_steps: list[int] = []  # older adapters loaded beside "default", most recent last
         self._version = 0  # bumped whenever the trained adapter's weights change: the sampler's cached states expire
+        self._sampled = False  # whether the sampler ran since the weights last changed
 
     # -- checkpoints -------------------------------------------------------------------------
 
@@ -147,15 +153,21 @@ class PolicyEngine:
 
     def _weights_change(self) -> None:
         """The adapter is about to change: cached states of its prompts expire, and they and the sampler's packed
-        weights are freed now, before a training step needs the memory."""
+        weights are freed now, before a training step needs the memory; after sampling, the heap's free pages go
+        back to the kernel (heap.py)."""
+        sampled = self._sampled
         self._version += 1
+        self._sampled = False
         self.sampler.prefix_cache.use(("default", self._version))
         self.sampler.packed.release()
+        if sampled:
+            heap.release_freed()
 
     # -- sampling -----------------------------------------------------------------------------
 
     def generate(self, requests: list[SamplingRequest], step: int | None = None) -> list[list[Sample]]:
         """Samples from the current adapter, or from an older step's (loaded beside it), remembered as drawn."""
+        self._sampled = True
         drawn = self._generate(requests, step)
         for request, samples in zip(requests, drawn):
             for sample in samples:
@@ -190,7 +202,8 @@ class PolicyEngine:
                                    advantage_balance=float(config.get("advantage_balance", 0.0)))  # fmt: skip
             self._weights_change()
             metrics |= training.grpo_step(self.model, self.optimizer, packed, learning_rate=learning_rate, config=config,
-                                          max_grad_norm=self.lora.max_grad_norm, reference=self.reference)  # fmt: skip
+                                          max_grad_norm=self.lora.max_grad_norm, reference=self.reference,
+                                          kept=self.kept)  # fmt: skip
         self.step += 1
         self.save_checkpoint()
         return metrics
@@ -200,7 +213,8 @@ class PolicyEngine:
         if not rows:
             return {"loss": 0.0}
         self._weights_change()
-        return training.sft_step(self.model, self.optimizer, rows, learning_rate=learning_rate, max_grad_norm=self.lora.max_grad_norm)
+        return training.sft_step(self.model, self.optimizer, rows, learning_rate=learning_rate,
+                                 max_grad_norm=self.lora.max_grad_norm, kept=self.kept)
 
     def finish_sft(self) -> None:
         """The warm start becomes step 0 and the KL reference; its optimizer state does not carry into RL."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from itertools import takewhile
 from typing import Any
 
@@ -28,7 +28,8 @@ from openai.types.chat.chat_completion import Choice, ChoiceLogprobs
 
 from environments.prompts import is_example
 from service.backends import rl_measures
-from service.backends.transformers import chat, shared_prefix
+from service.backends.transformers import activation_memory, attention, chat, shared_prefix
+from service.backends.transformers.activation_memory import KeptActivations
 from service.backends.transformers.precision import adapter_in_base_dtype
 
 LOGPROB_CHUNK = 256  # positions whose vocabulary logits exist at once
@@ -41,11 +42,7 @@ TRAIN_BATCH_TOKENS = 1024
 # Rows that open alike count their opening once (shared_prefix.py). An agent's rows hold a few hundred read positions
 # each (the head's float32 log-softmax, what a pass holds most of for its backward), where a math row's are most.
 SHARED_BATCH_TOKENS = 4096
-# A warm-start pass of at most this many computed positions keeps its activations for the backward instead of
-# recomputing them (gradient checkpointing): a batch of two email demonstrations (1,554 positions) took 0.80 of the
-# time so, and peaked 1.1 GiB higher, at 2.5 GiB (SmolLM2-135M, bf16, 2-core AMX Xeon). An RL step keeps checkpointing:
-# the main job's passes peak within 0.3 GiB of its 3 GiB, and an agent's hold up to SHARED_BATCH_TOKENS.
-KEPT_ACTIVATIONS_POSITIONS = 2560
+CALIBRATION_POSITIONS = (128, 384)  # the passes that measure what a layer keeps (kept_bytes)
 
 
 def packed_attention_mask(group_ids: torch.Tensor, parent_ids: torch.Tensor) -> torch.Tensor:
@@ -240,10 +237,12 @@ def grpo_step(
     config: dev.TrainConfig,
     max_grad_norm: float,
     reference: str | None = None,
+    kept: KeptActivations | None = None,
 ) -> dict[str, float]:
     """Accumulate ART's loss over the packed rows (weighted by their assistant tokens, so the step's loss is the
     mean over all of them), then one optimizer step. Reports loss, entropy, the exact KL to the reference (the adapter
-    named ``reference``, or the base model with the adapter disabled), ``probs_corr`` and the gradient norm."""
+    named ``reference``, or the base model with the adapter disabled), ``probs_corr`` and the gradient norm. A pass
+    keeps the activations of as many layers as ``kept`` allows (None: every checkpointed layer recomputes them)."""
     device = next(model.parameters()).device
     rows = packed["tokens"].shape[0]
     total = float(packed["assistant_mask"].sum()) or 1.0
@@ -256,12 +255,13 @@ def grpo_step(
             inputs = {k: v[batch].to(device) for k, v in packed.items() if isinstance(v, torch.Tensor)}
             mask = packed_attention_mask(inputs["group_ids"], inputs["parent_ids"])
             read = read_positions(inputs)
-            new, entropies, referenced, kl = policy_and_reference(model, inputs, mask, read, reference)
-            # ART's loss outside the adapter's autocast, in float32, as ART runs it
-            with torch.autocast(device.type, enabled=False):
-                loss = loss_fn(inputs, new, referenced, entropies, config)  # type: ignore[arg-type]
-            share = float(inputs["assistant_mask"].sum()) / total  # ART's loss is a mean over the batch's tokens
-            (loss.policy_loss * share).backward()
+            with _kept_in_pass(kept, model, inputs, mask):
+                new, entropies, referenced, kl = policy_and_reference(model, inputs, mask, read, reference)
+                # ART's loss outside the adapter's autocast, in float32, as ART runs it
+                with torch.autocast(device.type, enabled=False):
+                    loss = loss_fn(inputs, new, referenced, entropies, config)  # type: ignore[arg-type]
+                share = float(inputs["assistant_mask"].sum()) / total  # ART's loss is a mean over the batch's tokens
+                (loss.policy_loss * share).backward()
             sums["loss"] += loss.policy_loss.item() * share
             sums["entropy"] += float(loss.entropy or 0.0) * share
             sums["kl_policy_ref"] += rl_measures.mean_over_trained(kl, inputs["assistant_mask"]) * share
@@ -346,20 +346,6 @@ def pack_sft(rows: list[TokenizedResult]) -> PackedTensors:
     return pack(rows, seq_len=0)
 
 
-@contextmanager
-def checkpointing_off(model: torch.nn.Module, off: bool = True) -> Iterator[None]:
-    """Within it (if ``off``), the layers that checkpoint their activations keep them for the backward instead; enter
-    it around the backward too, which would otherwise recompute them."""
-    layers = [m for m in model.modules() if getattr(m, "gradient_checkpointing", False) is True] if off else []
-    for layer in layers:
-        layer.gradient_checkpointing = False
-    try:
-        yield
-    finally:
-        for layer in layers:
-            layer.gradient_checkpointing = True
-
-
 def _without_first_spans(mask: list[int], count: int) -> list[int]:
     """``mask`` with its first ``count`` runs of ones (one per assistant message, in order) set to zero."""
     out, seen, previous = list(mask), 0, 0
@@ -373,10 +359,11 @@ def _without_first_spans(mask: list[int], count: int) -> list[int]:
 
 
 def sft_step(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows: list[TokenizedResult], *, learning_rate: float, max_grad_norm: float
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows: list[TokenizedResult], *, learning_rate: float,
+    max_grad_norm: float, kept: KeptActivations | None = None,
 ) -> dict[str, float]:
     """One optimizer step of next-token loss on the rows' assistant tokens, the rows packed with their common
-    opening once a packed row (``pack_sft``)."""
+    opening once a packed row (``pack_sft``); a pass keeps the activations of as many layers as ``kept`` allows."""
     device = next(model.parameters()).device
     packed = pack_sft(rows)
     targets = torch.nn.functional.pad(packed["assistant_mask"][:, 1:], (0, 1))  # position t predicts token t + 1
@@ -389,12 +376,60 @@ def sft_step(
             inputs = {k: v[batch].to(device) for k, v in packed.items() if isinstance(v, torch.Tensor)}
             mask = packed_attention_mask(inputs["group_ids"], inputs["parent_ids"])
             trained = targets[batch].to(device)
-            computed = (shared_prefix.computed_positions(inputs["tokens"], inputs["input_pos"])
-                        if shared_prefix.applies(model) else inputs["tokens"].numel())  # fmt: skip
-            with checkpointing_off(model, computed <= KEPT_ACTIVATIONS_POSITIONS):
+            with _kept_in_pass(kept, model, inputs, mask):
                 loss = -trained_logprobs(model, inputs["tokens"], mask, inputs["input_pos"], trained).sum() / tokens_total
                 loss.backward()
             loss_sum += float(loss.detach())
     grad_norm = _step(model, optimizer, learning_rate, max_grad_norm)
     model.eval()
     return {"loss": loss_sum, "grad_norm": grad_norm, "trained_tokens": float(tokens_total)}
+
+
+def _kept_in_pass(kept: KeptActivations | None, model: torch.nn.Module, inputs: dict[str, torch.Tensor],
+                  mask: torch.Tensor) -> AbstractContextManager[object]:  # fmt: skip
+    """Around a pass over ``inputs``' rows under ``mask`` (its forward and backward): the layers whose activations it
+    keeps, counted for what the pass is: rows each holding one sequence (a plain causal mask, which the CPU's
+    attention computes with its keys repeated for every query head, so a layer keeps more a position) or packed."""
+    if kept is None:
+        return nullcontext()
+    if not shared_prefix.applies(model):
+        return kept.around(model, inputs["tokens"].numel(), kind="packed")
+    computed = shared_prefix.computed_positions(inputs["tokens"], inputs["input_pos"])
+    plain = attention.is_plain_causal(mask.unsqueeze(1)) and not shared_prefix.shared_length(
+        inputs["tokens"], inputs["input_pos"], mask)  # fmt: skip
+    return kept.around(model, computed, kind="plain" if plain else "packed")
+
+
+def kept_bytes(model: torch.nn.Module, kind: str) -> tuple[float, float]:
+    """What one layer of ``model`` keeps for the backward were it not checkpointed, as (bytes a position it computes,
+    bytes a pass): measured on passes over one row holding one sequence (``kind`` "plain") or two packed ("packed"),
+    at each of CALIBRATION_POSITIONS, as what autograd saves with every layer's activations kept less what it saves
+    with every layer recomputed, shared among the checkpointed layers; the line through the two."""
+    layers = activation_memory.checkpointed_layers(model)
+    training = model.training
+    model.train()
+    try:
+        kept = [_kept_by_all(model, layers, kind, length) / max(len(layers), 1) for length in CALIBRATION_POSITIONS]
+    finally:
+        model.train(training)
+    (short, long), (at_short, at_long) = CALIBRATION_POSITIONS, kept
+    per_position = max(at_long - at_short, 0.0) / (long - short)
+    return per_position, max(at_short - per_position * short, 0.0)
+
+
+def _kept_by_all(model: torch.nn.Module, layers: list[torch.nn.Module], kind: str, length: int) -> int:
+    device = next(model.parameters()).device
+    tokens = torch.zeros(1, length, dtype=torch.long, device=device)
+    positions = torch.arange(length, device=device).unsqueeze(0)
+    sequences = torch.zeros_like(tokens)
+    if kind == "packed":
+        sequences[:, length // 2 :] = 1
+    mask = packed_attention_mask(sequences, torch.full_like(tokens, -1))
+
+    def run() -> None:
+        with adapter_in_base_dtype(model):
+            _hidden(model, tokens, mask, positions)
+
+    recomputed = activation_memory.saved_bytes(run)
+    with activation_memory.kept(layers, len(layers)):
+        return max(activation_memory.saved_bytes(run) - recomputed, 0)

@@ -32,12 +32,14 @@ def test_importing_the_packages_sets_nothing_and_the_cli_loads_neither_litellm_n
 def test_main_sets_the_process_defaults_and_keeps_the_operators_own(monkeypatch):
     monkeypatch.delenv("LITELLM_LOCAL_MODEL_COST_MAP", raising=False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
     monkeypatch.setenv("TQDM_DISABLE", "0")  # set by the operator: kept
     monkeypatch.setattr(sys, "argv", ["artsvc", "--help"])
     with pytest.raises(SystemExit) as exited:
         cli.main()
     assert exited.value.code == 0
     assert os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] == "True" and os.environ["HF_HUB_OFFLINE"] == "1"
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "64"
     assert os.environ["TQDM_DISABLE"] == "0"
 
 

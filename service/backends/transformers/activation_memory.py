@@ -1,0 +1,106 @@
+"""How many layers of a training pass keep their activations for the backward instead of recomputing them.
+
+Gradient checkpointing recomputes every layer's forward in the backward: memory for time. On two CPU cores the
+recompute was a quarter of an RL step (``bench/kept_activations.py``: a 2048 step of 16 episodes and a math step
+of 24 took about 0.7 of the time with every layer's activations kept). What a layer keeps grows with the positions
+a pass computes (24-29 KiB a position a layer for SmolLM2-135M in bf16), so a pass keeps the activations of as many
+of its last layers as fit a budget in bytes and recomputes the others. Kept or recomputed, a layer's outputs and
+gradients are the same bit for bit (tests/service/test_selective_checkpointing.py), so the budget moves time and
+memory, never a result.
+
+The budget is the operator's (``ARTSVC_ACTIVATION_MEMORY_GIB``); by default it is a quarter of the machine's memory
+up to 4 GiB, which keeps every layer of the passes the built-in environments train (the main job's 0.9 GiB, an
+agent's 2.7-2.9 GiB) on a machine of 16 GiB or more. A pass longer than that (a client's long trajectory) keeps
+fewer layers rather than more memory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from transformers.modeling_layers import GradientCheckpointingLayer
+
+DEFAULT_BUDGET_BYTES = 4 << 30
+
+
+def default_budget() -> int:
+    """A quarter of this machine's memory, at most DEFAULT_BUDGET_BYTES (where the memory cannot be read: 0, every
+    layer recomputed)."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return 0
+    return min(DEFAULT_BUDGET_BYTES, total // 4)
+
+
+def checkpointed_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The layers that recompute their activations in the backward (a decoder layer each), in the order a forward
+    runs them."""
+    return [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer) and m.gradient_checkpointing]
+
+
+def layers_to_keep(layers: int, positions: int, kept: tuple[float, float], budget: int) -> int:
+    """How many of ``layers`` keep their activations for a pass computing ``positions`` within ``budget`` bytes, each
+    keeping ``kept`` (bytes a position, bytes a pass)."""
+    if layers <= 0 or budget <= 0:
+        return 0
+    per_position, per_pass = kept
+    per_layer = max(positions, 1) * per_position + per_pass
+    return min(layers, int(budget // per_layer)) if per_layer > 0 else layers
+
+
+@contextmanager
+def kept(layers: list[torch.nn.Module], count: int) -> Iterator[None]:
+    """Within it, the last ``count`` of ``layers`` (checkpointed ones, as ``checkpointed_layers`` lists them) keep their
+    activations for the backward instead of recomputing them; enter it around the pass's forward and backward."""
+    keeping = layers[len(layers) - count :] if count > 0 else []
+    for layer in keeping:
+        layer.gradient_checkpointing = False
+    try:
+        yield
+    finally:
+        for layer in keeping:
+            layer.gradient_checkpointing = True
+
+
+def saved_bytes(run: Callable[[], object]) -> int:
+    """The bytes of the distinct storages autograd saves for the backward while ``run()`` computes."""
+    storages: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        run()
+    return sum(storages.values())
+
+
+class KeptActivations:
+    """A training pass's budget for kept activations (``budget`` bytes), applied per pass: ``measure(model, kind)``
+    gives what one layer keeps in a pass of that kind, as (bytes a position, bytes a pass), measured once a kind, on
+    the first pass of it that has layers to choose from."""
+
+    def __init__(self, budget: int, measure: Callable[[Any, str], tuple[float, float]]) -> None:
+        self.budget = budget
+        self._measure = measure
+        self._kept: dict[str, tuple[float, float]] = {}
+
+    @contextmanager
+    def around(self, model: torch.nn.Module, positions: int, *, kind: str) -> Iterator[int]:
+        """Around a pass of ``kind`` computing ``positions``: as many of its last layers as fit the budget keep their
+        activations (how many is what it yields)."""
+        layers = checkpointed_layers(model) if self.budget > 0 else []
+        if not layers:
+            yield 0
+            return
+        if kind not in self._kept:
+            self._kept[kind] = self._measure(model, kind)
+        count = layers_to_keep(len(layers), positions, self._kept[kind], self.budget)
+        with kept(layers, count):
+            yield count
