@@ -107,8 +107,8 @@ class Settings(BaseSettings):
     activation_memory_gib: float | None = Field(
         None, ge=0, le=4096,
         description="GiB of activations one training pass of the transformers backend may keep for its backward "
-        "instead of recomputing them (gradient checkpointing), layer by layer; the rest are recomputed. Unset: a "
-        "quarter of the machine's memory, at most 4 GiB. 0: every layer recomputes. Time and memory only: kept or "
+        "instead of recomputing them (gradient checkpointing), layer by layer; the rest are recomputed. Unset: 1 GiB, "
+        "or an eighth of the machine's memory where that is less. 0: every layer recomputes. Time and memory only: kept or "
         "recomputed, a step's gradients are the same.",
     )
     poll_seconds: float = Field(1.0, gt=0, description="How often an idle worker looks for queued jobs (a job queued "

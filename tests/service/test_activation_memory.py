@@ -23,12 +23,12 @@ def test_a_pass_keeps_the_last_layers_its_budget_holds():
     assert layers_to_keep(30, 0, (100.0, 0.0), 100) == 1  # an empty pass counts as one position
 
 
-def test_the_default_budget_is_a_quarter_of_the_memory_at_most_4_gib(monkeypatch):
+def test_the_default_budget_is_1_gib_or_an_eighth_of_the_memory(monkeypatch):
     import os
 
     pages = {"SC_PHYS_PAGES": 2**20, "SC_PAGE_SIZE": 4096}  # 4 GiB of memory
     monkeypatch.setattr(os, "sysconf", lambda name: pages[name])
-    assert activation_memory.default_budget() == 1 << 30
+    assert activation_memory.default_budget() == 512 << 20
     pages["SC_PHYS_PAGES"] = 2**24  # 64 GiB
     assert activation_memory.default_budget() == activation_memory.DEFAULT_BUDGET_BYTES
 

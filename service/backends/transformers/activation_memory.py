@@ -1,16 +1,18 @@
 """How many layers of a training pass keep their activations for the backward instead of recomputing them.
 
 Gradient checkpointing recomputes every layer's forward in the backward: memory for time. On two CPU cores the
-recompute was a quarter of an RL step (``bench/kept_activations.py``: a 2048 step of 16 episodes and a math step
-of 24 took about 0.7 of the time with every layer's activations kept). What a layer keeps grows with the positions
-a pass computes (24-29 KiB a position a layer for SmolLM2-135M in bf16), so a pass keeps the activations of as many
-of its last layers as fit a budget in bytes and recomputes the others. Kept or recomputed, a layer's outputs and
-gradients are the same bit for bit (tests/service/test_selective_checkpointing.py), so the budget moves time and
-memory, never a result.
+recompute was a quarter of the main job's RL step (``bench/rl_step_ab.py``: a math step of 24 episodes took 0.71 of
+the time with every layer's activations kept, at 1.0 GiB more peak). What a layer keeps grows with the positions a
+pass computes (for SmolLM2-135M in bf16, 22 KiB a position and 7 MiB a pass), so a pass keeps the activations of as
+many of its last layers as fit a budget in bytes and recomputes the others. Kept or recomputed, a layer's outputs and
+gradients are the same (tests/service/test_selective_checkpointing.py), so the budget moves time and memory, never a
+result.
 
-The budget is the operator's (``ARTSVC_ACTIVATION_MEMORY_GIB``); by default it is a quarter of the machine's memory
-up to 4 GiB, which keeps every layer of the passes the built-in environments train (the main job's 0.9 GiB, an
-agent's 2.7-2.9 GiB) on a machine of 16 GiB or more. A pass longer than that (a client's long trajectory) keeps
+The budget is the operator's (``ARTSVC_ACTIVATION_MEMORY_GIB``). The default, 1 GiB (an eighth of the machine's memory
+where that is less), holds every layer of the main job's passes (0.9 GiB), which keeps it under 3 GiB at its peak; an
+agent's passes (2048's and email's: 2.7-2.9 GiB for every layer) keep about a third of their layers. Every layer of
+them kept ran a 2048 step 0.87x as long alone, but a whole 2048 job no faster, at a peak 2 GiB higher (README,
+Results, "Activations kept within a budget"). A pass longer than the budget holds (a client's long trajectory) keeps
 fewer layers rather than more memory.
 """
 
@@ -24,17 +26,17 @@ from typing import Any
 import torch
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-DEFAULT_BUDGET_BYTES = 4 << 30
+DEFAULT_BUDGET_BYTES = 1 << 30
 
 
 def default_budget() -> int:
-    """A quarter of this machine's memory, at most DEFAULT_BUDGET_BYTES (where the memory cannot be read: 0, every
-    layer recomputed)."""
+    """DEFAULT_BUDGET_BYTES, or an eighth of this machine's memory where that is less (where the memory cannot be
+    read: 0, every layer recomputed)."""
     try:
         total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):
         return 0
-    return min(DEFAULT_BUDGET_BYTES, total // 4)
+    return min(DEFAULT_BUDGET_BYTES, total // 8)
 
 
 def checkpointed_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
