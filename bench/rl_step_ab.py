@@ -38,7 +38,7 @@ def steps(env_name: str, episodes: int, timed: int, data: Path) -> dict:
     engine = PolicyEngine(data / "model", resolve_base_model("SmolLM2-135M-Instruct", data / "cache"))
     rows = training.sft_rows(engine.tokenizer, list(load(env_name, {}).demonstrations(seed=0, count=episodes)))
     packed = training.pack(rows, seq_len=0)
-    kept = {"kept": engine.kept} if hasattr(engine, "kept") else {}  # its activations budget, where the checkout has one
+    kept = {"kept": engine.kept} if hasattr(engine, "kept") else {}  # its activations budget, where a checkout has one
     step = {"learning_rate": 0.0, "config": dev.TrainConfig(), "max_grad_norm": 1.0, **kept}
     training.grpo_step(engine.model, engine.optimizer, packed, **step)  # untimed: the first pass's allocations
     seconds = []

@@ -1,8 +1,8 @@
 """Benchmark: one warm-start step of the email agent (``training.sft_step`` over two of the teacher's demonstrations,
 the warm start's batch) on SmolLM2-135M-Instruct in the backend's precision, with its two switches:
 
-- activations: every pass recomputes its layers in the backward (gradient checkpointing, ``recomputed``), or a pass of
-  at most ``training.KEPT_ACTIVATIONS_POSITIONS`` computed positions keeps them (``kept``, the warm start now);
+- activations: every pass recomputes its layers in the backward (gradient checkpointing, ``recomputed``), or a pass
+  keeps as many layers' activations as the engine's budget holds (``kept``, the warm start now: activation_memory.py);
 - memory: glibc's own thresholds (``glibc``), or freed blocks up to 256 MiB kept for the next tensors and the heap's
   free top handed back only past 512 MiB (``kept_blocks``, ``mallopt``). glibc unmaps a block past its adaptive
   threshold (at most 32 MiB) when it is freed, so a pass faults its large activations in again, page by page. Tried
@@ -61,16 +61,17 @@ def child(side: str, steps: int) -> dict:
     from service.backends.transformers.engine import PolicyEngine
     from service.backends.transformers.models import resolve_base_model
 
-    if activations == "recomputed":
-        training.KEPT_ACTIVATIONS_POSITIONS = 0
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(os.environ.get("ARTSVC_BENCH_CACHE", Path(tmp) / "cache"))
         engine = PolicyEngine(Path(tmp) / "model", resolve_base_model("SmolLM2-135M-Instruct", cache))
         rows = training.sft_rows(engine.tokenizer, list(EmailEnvironment().demonstrations(seed=0, count=2)))
+        if activations == "recomputed":
+            engine.kept.budget = 0
 
         def step() -> float:
             started = time.perf_counter()
-            training.sft_step(engine.model, engine.optimizer, rows, learning_rate=0.0, max_grad_norm=1.0)
+            training.sft_step(engine.model, engine.optimizer, rows, learning_rate=0.0, max_grad_norm=1.0,
+                              kept=engine.kept)  # fmt: skip
             return time.perf_counter() - started
 
         step()  # untimed

@@ -98,19 +98,13 @@ class Settings(BaseSettings):
     )
     worker_concurrency: int = Field(1, gt=0, le=64, description="Jobs one worker trains at once.")
     precision: Literal["auto", "bfloat16", "float32"] = Field(
-        "auto",
-        description="The dtype the transformers backend (and the inference process) holds a base model in; LoRA "
-        "weights and their optimizer state stay float32. `auto`: bfloat16 on CUDA and on CPUs that multiply it "
+        "auto", description="The dtype the transformers backend (and the inference process) holds a base model in; "
+        "LoRA weights and their optimizer state stay float32. `auto`: bfloat16 on CUDA and on CPUs that multiply it "
         "natively (AMX-BF16, AVX512-BF16), float32 on others (AVX2 only emulates it, slower). Manifests lock it: runs "
         "measured in different precisions are not compared.",
     )
-    activation_memory_gib: float | None = Field(
-        None, ge=0, le=4096,
-        description="GiB of activations one training pass of the transformers backend may keep for its backward "
-        "instead of recomputing them (gradient checkpointing), layer by layer; the rest are recomputed. Unset: 1 GiB, "
-        "or an eighth of the machine's memory where that is less. 0: every layer recomputes. Time and memory only: kept or "
-        "recomputed, a step's gradients are the same.",
-    )
+    activation_memory_gib: float | None = Field(None, ge=0, le=4096, description="GiB of activations a training pass "
+        "keeps instead of recomputing them, by layer (activation_memory.py); unset: 1, or an eighth of memory if less.")
     poll_seconds: float = Field(1.0, gt=0, description="How often an idle worker looks for queued jobs (a job queued "
                                 "wakes it at once: service/store/queue_signal.py).")
     trajectories_per_step: int = Field(8, ge=0, le=1024, description="Rollouts kept per step for operators to read.")

@@ -74,8 +74,8 @@ def test_an_rl_step_with_its_activations_kept_trains_as_one_that_recomputes_them
     groups = _groups()
     metrics, weights = [], []
     for budget in (0, 10**12):  # every layer recomputed, then every layer kept
-        engine = PolicyEngine(tmp_path / f"model-{budget}", tiny_lm, lora=LoraSettings(rank=8, activation_memory=budget),
-                              dtype=torch.float32)  # fmt: skip
+        lora = LoraSettings(rank=8, activation_memory=budget)
+        engine = PolicyEngine(tmp_path / f"model-{budget}", tiny_lm, lora=lora, dtype=torch.float32)
         assert engine.kept.budget == budget
         metrics.append(engine.grpo_step(groups, learning_rate=1e-3, config={}, scale_rewards=True))
         weights.append({n: p.detach().clone() for n, p in engine.model.named_parameters() if p.requires_grad})

@@ -158,8 +158,8 @@ def test_a_warm_start_pass_keeps_the_activations_its_budget_holds_and_trains_as_
     recomputed_by: list[int] = []  # a checkpointed layer's forward goes through its checkpointing function
     for index, layer in enumerate(checkpointed):
         checkpoint = layer._gradient_checkpointing_func
-        layer._gradient_checkpointing_func = (
-            lambda *args, index=index, checkpoint=checkpoint, **kw: recomputed_by.append(index) or checkpoint(*args, **kw))
+        layer._gradient_checkpointing_func = (lambda *args, index=index, checkpoint=checkpoint, **kw:
+                                              recomputed_by.append(index) or checkpoint(*args, **kw))  # fmt: skip
     rows = training.sft_rows(engine.tokenizer, _demos(2))
     kept = training.kept_bytes(engine.model, "packed")  # measured before: its passes recompute
     per_layer = kept[0] * 2_000 + kept[1]  # a layer of a pass over more than the rows' 1,554 positions

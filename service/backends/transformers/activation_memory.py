@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import torch
 from transformers.modeling_layers import GradientCheckpointingLayer
 
+from service.backends.transformers import attention, shared_prefix
+
 DEFAULT_BUDGET_BYTES = 1 << 30
+CALIBRATION_POSITIONS = (128, 384)  # the passes that measure what a layer keeps (measure)
 
 
 def default_budget() -> int:
@@ -106,3 +109,55 @@ class KeptActivations:
         count = layers_to_keep(len(layers), positions, self._kept[kind], self.budget)
         with kept(layers, count):
             yield count
+
+
+def around_pass(kept: KeptActivations | None, model: torch.nn.Module, inputs: dict[str, torch.Tensor],
+                mask: torch.Tensor) -> AbstractContextManager[object]:  # fmt: skip
+    """Around a pass over ``inputs``' rows under ``mask`` (its forward and backward): the layers whose activations it
+    keeps, counted for what the pass is: rows each holding one sequence (a plain causal mask, which the CPU's
+    attention computes with its keys repeated for every query head, so a layer keeps more a position) or packed."""
+    if kept is None:
+        return nullcontext()
+    if not shared_prefix.applies(model):
+        return kept.around(model, inputs["tokens"].numel(), kind="packed")
+    computed = shared_prefix.computed_positions(inputs["tokens"], inputs["input_pos"])
+    plain = attention.is_plain_causal(mask.unsqueeze(1)) and not shared_prefix.shared_length(
+        inputs["tokens"], inputs["input_pos"], mask)  # fmt: skip
+    return kept.around(model, computed, kind="plain" if plain else "packed")
+
+
+Pass = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], object]  # (tokens, mask, positions): a training forward
+
+
+def measure(model: torch.nn.Module, kind: str, run: Pass,
+            mask_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> tuple[float, float]:  # fmt: skip
+    """What one layer of ``model`` keeps for the backward were it not checkpointed, as (bytes a position it computes,
+    bytes a pass): ``run`` over one row holding one sequence (``kind`` "plain") or two packed ("packed"; ``mask_of``
+    their group and parent ids), at each of CALIBRATION_POSITIONS, as what autograd saves with every layer's
+    activations kept less what it saves with every layer recomputed, shared among the checkpointed layers; the line
+    through the two."""
+    layers = checkpointed_layers(model)
+    training = model.training
+    model.train()
+    try:
+        kept = [_kept_by_all(model, layers, kind, length, run, mask_of) / max(len(layers), 1)
+                for length in CALIBRATION_POSITIONS]  # fmt: skip
+    finally:
+        model.train(training)
+    (short, long), (at_short, at_long) = CALIBRATION_POSITIONS, kept
+    per_position = max(at_long - at_short, 0.0) / (long - short)
+    return per_position, max(at_short - per_position * short, 0.0)
+
+
+def _kept_by_all(model: torch.nn.Module, layers: list[torch.nn.Module], kind: str, length: int, run: Pass,
+                 mask_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> int:  # fmt: skip
+    device = next(model.parameters()).device
+    tokens = torch.zeros(1, length, dtype=torch.long, device=device)
+    positions = torch.arange(length, device=device).unsqueeze(0)
+    sequences = torch.zeros_like(tokens)
+    if kind == "packed":
+        sequences[:, length // 2 :] = 1
+    mask = mask_of(sequences, torch.full_like(tokens, -1))
+    recomputed = saved_bytes(lambda: run(tokens, mask, positions))
+    with kept(layers, len(layers)):
+        return max(saved_bytes(lambda: run(tokens, mask, positions)) - recomputed, 0)

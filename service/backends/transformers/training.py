@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager
 from itertools import takewhile
 from typing import Any
 
@@ -28,7 +28,7 @@ from openai.types.chat.chat_completion import Choice, ChoiceLogprobs
 
 from environments.prompts import is_example
 from service.backends import rl_measures
-from service.backends.transformers import activation_memory, attention, chat, shared_prefix
+from service.backends.transformers import activation_memory, chat, shared_prefix
 from service.backends.transformers.activation_memory import KeptActivations
 from service.backends.transformers.precision import adapter_in_base_dtype
 
@@ -42,7 +42,6 @@ TRAIN_BATCH_TOKENS = 1024
 # Rows that open alike count their opening once (shared_prefix.py). An agent's rows hold a few hundred read positions
 # each (the head's float32 log-softmax, what a pass holds most of for its backward), where a math row's are most.
 SHARED_BATCH_TOKENS = 4096
-CALIBRATION_POSITIONS = (128, 384)  # the passes that measure what a layer keeps (kept_bytes)
 
 
 def packed_attention_mask(group_ids: torch.Tensor, parent_ids: torch.Tensor) -> torch.Tensor:
@@ -255,7 +254,7 @@ def grpo_step(
             inputs = {k: v[batch].to(device) for k, v in packed.items() if isinstance(v, torch.Tensor)}
             mask = packed_attention_mask(inputs["group_ids"], inputs["parent_ids"])
             read = read_positions(inputs)
-            with _kept_in_pass(kept, model, inputs, mask):
+            with activation_memory.around_pass(kept, model, inputs, mask):
                 new, entropies, referenced, kl = policy_and_reference(model, inputs, mask, read, reference)
                 # ART's loss outside the adapter's autocast, in float32, as ART runs it
                 with torch.autocast(device.type, enabled=False):
@@ -376,7 +375,7 @@ def sft_step(
             inputs = {k: v[batch].to(device) for k, v in packed.items() if isinstance(v, torch.Tensor)}
             mask = packed_attention_mask(inputs["group_ids"], inputs["parent_ids"])
             trained = targets[batch].to(device)
-            with _kept_in_pass(kept, model, inputs, mask):
+            with activation_memory.around_pass(kept, model, inputs, mask):
                 loss = -trained_logprobs(model, inputs["tokens"], mask, inputs["input_pos"], trained).sum() / tokens_total
                 loss.backward()
             loss_sum += float(loss.detach())
@@ -385,51 +384,12 @@ def sft_step(
     return {"loss": loss_sum, "grad_norm": grad_norm, "trained_tokens": float(tokens_total)}
 
 
-def _kept_in_pass(kept: KeptActivations | None, model: torch.nn.Module, inputs: dict[str, torch.Tensor],
-                  mask: torch.Tensor) -> AbstractContextManager[object]:  # fmt: skip
-    """Around a pass over ``inputs``' rows under ``mask`` (its forward and backward): the layers whose activations it
-    keeps, counted for what the pass is: rows each holding one sequence (a plain causal mask, which the CPU's
-    attention computes with its keys repeated for every query head, so a layer keeps more a position) or packed."""
-    if kept is None:
-        return nullcontext()
-    if not shared_prefix.applies(model):
-        return kept.around(model, inputs["tokens"].numel(), kind="packed")
-    computed = shared_prefix.computed_positions(inputs["tokens"], inputs["input_pos"])
-    plain = attention.is_plain_causal(mask.unsqueeze(1)) and not shared_prefix.shared_length(
-        inputs["tokens"], inputs["input_pos"], mask)  # fmt: skip
-    return kept.around(model, computed, kind="plain" if plain else "packed")
-
-
 def kept_bytes(model: torch.nn.Module, kind: str) -> tuple[float, float]:
-    """What one layer of ``model`` keeps for the backward were it not checkpointed, as (bytes a position it computes,
-    bytes a pass): measured on passes over one row holding one sequence (``kind`` "plain") or two packed ("packed"),
-    at each of CALIBRATION_POSITIONS, as what autograd saves with every layer's activations kept less what it saves
-    with every layer recomputed, shared among the checkpointed layers; the line through the two."""
-    layers = activation_memory.checkpointed_layers(model)
-    training = model.training
-    model.train()
-    try:
-        kept = [_kept_by_all(model, layers, kind, length) / max(len(layers), 1) for length in CALIBRATION_POSITIONS]
-    finally:
-        model.train(training)
-    (short, long), (at_short, at_long) = CALIBRATION_POSITIONS, kept
-    per_position = max(at_long - at_short, 0.0) / (long - short)
-    return per_position, max(at_short - per_position * short, 0.0)
+    """What one layer of ``model`` keeps for its backward in a training pass of ``kind`` (activation_memory.measure),
+    measured on this module's passes."""
 
-
-def _kept_by_all(model: torch.nn.Module, layers: list[torch.nn.Module], kind: str, length: int) -> int:
-    device = next(model.parameters()).device
-    tokens = torch.zeros(1, length, dtype=torch.long, device=device)
-    positions = torch.arange(length, device=device).unsqueeze(0)
-    sequences = torch.zeros_like(tokens)
-    if kind == "packed":
-        sequences[:, length // 2 :] = 1
-    mask = packed_attention_mask(sequences, torch.full_like(tokens, -1))
-
-    def run() -> None:
+    def run(tokens: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> None:
         with adapter_in_base_dtype(model):
             _hidden(model, tokens, mask, positions)
 
-    recomputed = activation_memory.saved_bytes(run)
-    with activation_memory.kept(layers, len(layers)):
-        return max(activation_memory.saved_bytes(run) - recomputed, 0)
+    return activation_memory.measure(model, kind, run, packed_attention_mask)
