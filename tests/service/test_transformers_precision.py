@@ -37,10 +37,10 @@ def test_auto_picks_bfloat16_where_the_cpu_multiplies_it_natively_and_a_forced_o
         precision.resolve("fp8", CPU)  # type: ignore[arg-type]
 
 
-def _engine(tiny_lm: Path, folder: Path, dtype: torch.dtype) -> PolicyEngine:
+def _engine(tiny_lm: Path, folder: Path, dtype: torch.dtype, alpha: int = 32) -> PolicyEngine:
     """An engine with confident and unsure tokens (the final norm scales the logits up: a random init is nearly
     uniform) and a nonzero adapter, so the sampler and the trainer apply all of it."""
-    engine = PolicyEngine(folder, tiny_lm, lora=LoraSettings(rank=8), device=CPU, dtype=dtype)
+    engine = PolicyEngine(folder, tiny_lm, lora=LoraSettings(rank=8, alpha=alpha), device=CPU, dtype=dtype)
     torch.manual_seed(0)
     with torch.no_grad():
         engine.model.get_base_model().model.norm.weight.mul_(40)
@@ -249,11 +249,13 @@ def _sampled(engine: PolicyEngine, weights: str) -> list[tuple]:
     return [(s.token_ids, s.logprobs, s.top_logprobs) for samples in drawn for s in samples]
 
 
+@pytest.mark.parametrize("alpha", [32, 12])  # a scaling of 4, folded into B; 1.5, multiplied after B
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_sampler_computes_its_adapter_directly_to_the_values_peft_gives(dtype, tiny_lm, tmp_path, monkeypatch):
+def test_the_sampler_computes_its_adapter_directly_to_the_values_peft_gives(dtype, alpha, tiny_lm, tmp_path,
+                                                                           monkeypatch):  # fmt: skip
     """sampling_adapter.py: the adapted layers skip PEFT's forward while sampling, and every token, logprob and top
     logprob is what PEFT's own forward (under the trainer's rule) gives, bit for bit (the base's products unpacked on
-    both sides: packed_weights.py's products may round otherwise)."""
+    both sides: packed_weights.py's products may round otherwise), whether the scaling is folded into B or not."""
     from contextlib import nullcontext
 
     from peft.tuners.lora.layer import Linear as LoraLinear
@@ -261,7 +263,7 @@ def test_the_sampler_computes_its_adapter_directly_to_the_values_peft_gives(dtyp
     from service.backends.transformers import generation
 
     monkeypatch.setattr(PackedWeights, "applies", staticmethod(lambda weight: False))
-    engine = _engine(tiny_lm, tmp_path / "model", dtype)
+    engine = _engine(tiny_lm, tmp_path / "model", dtype, alpha)
     peft_forward, calls = LoraLinear.forward, []
     monkeypatch.setattr(LoraLinear, "forward", lambda self, *a, **k: calls.append(1) or peft_forward(self, *a, **k))
     direct = _sampled(engine, "direct")
