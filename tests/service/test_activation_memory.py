@@ -23,12 +23,12 @@ def test_a_pass_keeps_the_last_layers_its_budget_holds():
     assert layers_to_keep(30, 0, (100.0, 0.0), 100) == 1  # an empty pass counts as one position
 
 
-def test_the_default_budget_is_1_gib_or_an_eighth_of_the_memory(monkeypatch):
+def test_the_default_budget_is_half_a_gib_or_an_eighth_of_the_memory(monkeypatch):
     import os
 
-    pages = {"SC_PHYS_PAGES": 2**20, "SC_PAGE_SIZE": 4096}  # 4 GiB of memory
+    pages = {"SC_PHYS_PAGES": 2**19, "SC_PAGE_SIZE": 4096}  # 2 GiB of memory
     monkeypatch.setattr(os, "sysconf", lambda name: pages[name])
-    assert activation_memory.default_budget() == 512 << 20
+    assert activation_memory.default_budget() == 256 << 20
     pages["SC_PHYS_PAGES"] = 2**24  # 64 GiB
     assert activation_memory.default_budget() == activation_memory.DEFAULT_BUDGET_BYTES
 

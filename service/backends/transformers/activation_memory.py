@@ -8,12 +8,13 @@ many of its last layers as fit a budget in bytes and recomputes the others. Kept
 gradients are the same (tests/service/test_selective_checkpointing.py), so the budget moves time and memory, never a
 result.
 
-The budget is the operator's (``ARTSVC_ACTIVATION_MEMORY_GIB``). The default, 1 GiB (an eighth of the machine's memory
-where that is less), holds every layer of the main job's passes (0.9 GiB), which keeps it under 3 GiB at its peak; an
-agent's passes (2048's and email's: 2.7-2.9 GiB for every layer) keep about a third of their layers. Every layer of
-them kept ran a 2048 step 0.87x as long alone, but a whole 2048 job no faster, at a peak 2 GiB higher (README,
-Results, "Activations kept within a budget"). A pass longer than the budget holds (a client's long trajectory) keeps
-fewer layers rather than more memory.
+The budget is the operator's (``ARTSVC_ACTIVATION_MEMORY_GIB``). The default, 0.5 GiB (an eighth of the machine's
+memory where that is less), holds about half the layers of the main job's passes (0.9 GiB for all of them) and a sixth
+of an agent's (2048's and email's: 2.7-2.9 GiB). At 1 GiB, every layer of the main job's passes kept, its peak was
+2.71-3.05 GiB over three runs, past issue 31's 3 GiB once; at 0.5 GiB, 2.89 GiB on the seed that peaked at 3.05 (README,
+Results, "The adapter's update written in place"). Every layer of an agent's passes kept ran a 2048 step 0.87x as long
+alone, but a whole 2048 job no faster, at a peak 2 GiB higher ("Activations kept within a budget"). A pass longer than
+the budget holds (a client's long trajectory) keeps fewer layers rather than more memory.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 
 from service.backends.transformers import attention, shared_prefix
 
-DEFAULT_BUDGET_BYTES = 1 << 30
+DEFAULT_BUDGET_BYTES = 512 << 20
 CALIBRATION_POSITIONS = (128, 384)  # the passes that measure what a layer keeps (measure)
 
 
