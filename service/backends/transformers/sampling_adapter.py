@@ -87,4 +87,3 @@ def _direct(layer: LoraLinear, packed: PackedWeights | None) -> Callable[..., to
         return base(x).add_(update)  # PEFT's ``result + B(A(x)) * scaling``, into the base product's fresh tensor
 
     return forward
-
