@@ -15,6 +15,14 @@ shares the cores with the API and other workers, sleeps (``wait_passively``). Ei
 set neither ``OMP_WAIT_POLICY`` nor ``GOMP_SPINCOUNT``, and must run before torch loads (libgomp reads them once).
 They change how threads wait, never what they compute.
 
+The spin holds only while one thread runs torch's parallel work. libgomp keeps a pool of workers for every thread that
+has started a parallel region, for that thread's life, and once it manages more threads than the process has CPUs it
+cuts every waiting thread's spin to a hundred rounds: as if ``PASSIVE``. So the model thread does all of a job's
+tensor work and the event loop none that is parallel (a two-step main job ran four scalar operations on the main
+thread). One sum of a million elements on the main thread made the model thread's decode-shaped products 1.64-1.78x
+slower for the rest of the process, 130-133% CPU against 196-198% (``bench/omp_masters.py``, three runs, a 2-core AMX
+Xeon, bf16).
+
 A supervised worker also lowers its priority (``yield_cpu``). A higher niceness only weights the shares, and the
 scheduler may let a running worker thread finish its time slice before the API, woken by a request, gets the core.
 Linux's SCHED_IDLE gives a worker only the CPU time that nothing at normal priority wants, and a task that wakes
