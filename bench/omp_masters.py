@@ -29,11 +29,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from env_rl import machine  # noqa: E402
 
+from service.cpu import BRIEF_SPIN  # noqa: E402
+
 CASES = ("alone", "main_ran_parallel")
-ENV = {"GOMP_SPINCOUNT": "10000"}  # as ``artsvc train`` sets it (service/cpu.py)
+ENV = {"GOMP_SPINCOUNT": BRIEF_SPIN}  # as ``artsvc train`` sets it (service/cpu.py)
 
 
 def child(case: str, products: int) -> None:
