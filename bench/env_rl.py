@@ -85,6 +85,8 @@ def train_and_read(env_name: str, seed: int, extra: list[str], *, python: str = 
         "peak_rss_gib": round(used.ru_maxrss / 1024**2, 2),
         "cpu_percent": round(100 * (used.ru_utime + used.ru_stime) / wall),  # of one core: 200 is two cores busy
         "cpu_by_phase": phase_cpu(sampler.samples, phases),
+        # resident memory every 5 s from the start: when the peak is reached, and whether it is kept or returned
+        "rss_gib_every_5s": [round(resident / 2**30, 2) for _, _, resident in sampler.samples[::5]],
         "summary": summary,
         **stored,
     }

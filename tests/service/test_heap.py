@@ -1,4 +1,4 @@
-"""Freed heap memory goes back to the kernel (heap.py): after sampling, before a training step keeps activations."""
+"""Freed heap memory goes back to the kernel (heap.py) where the engine turns from sampling to training and back."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def test_free_pages_between_live_blocks_go_back_to_the_kernel():
     assert released > 150 * 2**20
 
 
-def test_a_training_step_after_sampling_releases_the_freed_heap_once(tiny_lm, tmp_path, monkeypatch):
+def test_the_freed_heap_is_released_once_at_each_turn_between_sampling_and_training(tiny_lm, tmp_path, monkeypatch):
     from service.backends.transformers.engine import LoraSettings, PolicyEngine
     from service.backends.transformers.generation import SamplingRequest
     from tests.service.test_activation_memory import _groups
@@ -46,8 +46,13 @@ def test_a_training_step_after_sampling_releases_the_freed_heap_once(tiny_lm, tm
     released: list[int] = []
     monkeypatch.setattr(heap, "release_freed", lambda: released.append(1) or True)
     engine = PolicyEngine(tmp_path / "model", tiny_lm, lora=LoraSettings(rank=8))
-    engine.generate([SamplingRequest(prompt_ids=(1, 2, 3), max_tokens=2, seed=0)])
+    request = SamplingRequest(prompt_ids=(1, 2, 3), max_tokens=2, seed=0)
+    engine.generate([request])
+    assert released == []  # the first work of the engine: nothing freed before it
     engine.grpo_step(_groups(), learning_rate=1e-3, config={}, scale_rewards=True)
     assert released == [1]
     engine.grpo_step(_groups(), learning_rate=1e-3, config={}, scale_rewards=True)  # nothing sampled in between
     assert released == [1]
+    engine.generate([request])  # a training pass's activations freed before the sampler allocates its batch
+    engine.generate([request])
+    assert released == [1, 1]

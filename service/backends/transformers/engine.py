@@ -96,7 +96,7 @@ class PolicyEngine:
         self.replies = SampledReplies()  # an episode's turns as they were drawn
         self._loaded_steps: list[int] = []  # older adapters loaded beside "default", most recent last
         self._version = 0  # bumped whenever the trained adapter's weights change: the sampler's cached states expire
-        self._sampled = False  # whether the sampler ran since the weights last changed
+        self._work: str | None = None  # "sampling" or "training": what the engine did last (switched_to)
 
     # -- checkpoints -------------------------------------------------------------------------
 
@@ -153,21 +153,25 @@ class PolicyEngine:
 
     def _weights_change(self) -> None:
         """The adapter is about to change: cached states of its prompts expire, and they and the sampler's packed
-        weights are freed now, before a training step needs the memory; after sampling, the heap's free pages go
-        back to the kernel (heap.py)."""
-        sampled = self._sampled
+        weights are freed now, before a training step needs the memory."""
         self._version += 1
-        self._sampled = False
         self.sampler.prefix_cache.use(("default", self._version))
         self.sampler.packed.release()
-        if sampled:
+        self._switch_to("training")
+
+    def _switch_to(self, work: str) -> None:
+        """Where the engine turns from sampling to training or back, the heap's free pages go back to the kernel
+        (heap.py): what one phase freed, held in blocks of its own sizes, would otherwise sit beside what the other
+        allocates, and the job's peak would be the two together."""
+        if self._work not in (None, work):
             heap.release_freed()
+        self._work = work
 
     # -- sampling -----------------------------------------------------------------------------
 
     def generate(self, requests: list[SamplingRequest], step: int | None = None) -> list[list[Sample]]:
         """Samples from the current adapter, or from an older step's (loaded beside it), remembered as drawn."""
-        self._sampled = True
+        self._switch_to("sampling")
         drawn = self._generate(requests, step)
         for request, samples in zip(requests, drawn):
             for sample in samples:
