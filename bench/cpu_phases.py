@@ -67,7 +67,7 @@ def cpu_seconds(pid: int) -> float | None:
 
 
 def resident_bytes(pid: int) -> int | None:
-    """``pid``'s resident memory now, or None once it is gone (or off Linux)."""
+    """``pid``'s resident memory now (0 once it exited, until it is reaped), or None once it is gone (or off Linux)."""
     try:
         with open(f"/proc/{pid}/statm") as statm:
             return int(statm.read().split()[1]) * PAGE
