@@ -96,7 +96,7 @@ class PolicyEngine:
         self.replies = SampledReplies()  # an episode's turns as they were drawn
         self._loaded_steps: list[int] = []  # older adapters loaded beside "default", most recent last
         self._version = 0  # bumped whenever the trained adapter's weights change: the sampler's cached states expire
-        self._work: str | None = None  # "sampling" or "training": what the engine did last (switched_to)
+        self._work: str | None = None  # "sampling" or "training": what the engine did last (_switch_to)
 
     # -- checkpoints -------------------------------------------------------------------------
 
