@@ -23,14 +23,25 @@ def test_a_pass_keeps_the_last_layers_its_budget_holds():
     assert layers_to_keep(30, 0, (100.0, 0.0), 100) == 1  # an empty pass counts as one position
 
 
-def test_the_default_budget_is_half_a_gib_or_an_eighth_of_the_memory(monkeypatch):
+def test_the_default_budget_is_half_a_gib_or_an_eighth_of_the_memory_in_bf16_and_none_in_float32(monkeypatch):
     import os
 
     pages = {"SC_PHYS_PAGES": 2**19, "SC_PAGE_SIZE": 4096}  # 2 GiB of memory
     monkeypatch.setattr(os, "sysconf", lambda name: pages[name])
-    assert activation_memory.default_budget() == 256 << 20
+    assert activation_memory.default_budget(torch.bfloat16) == 256 << 20
+    assert activation_memory.default_budget(torch.float16) == 256 << 20
     pages["SC_PHYS_PAGES"] = 2**24  # 64 GiB
-    assert activation_memory.default_budget() == activation_memory.DEFAULT_BUDGET_BYTES
+    assert activation_memory.default_budget(torch.bfloat16) == activation_memory.DEFAULT_BUDGET_BYTES
+    assert activation_memory.default_budget(torch.float32) == 0  # every layer recomputed, whatever the memory
+
+
+def test_an_engine_in_float32_recomputes_every_layer_unless_the_operator_sets_a_budget(tiny_lm, tmp_path):
+    def budget(name: str, lora: LoraSettings) -> int:
+        engine = PolicyEngine(tmp_path / name, tiny_lm, lora=lora, device=torch.device("cpu"), dtype=torch.float32)
+        return engine.kept.budget
+
+    assert budget("default", LoraSettings(rank=8)) == 0
+    assert budget("given", LoraSettings(rank=8, activation_memory=1 << 20)) == 1 << 20
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,12 @@ many of its last layers as fit a budget in bytes and recomputes the others. Kept
 gradients are the same (tests/service/test_selective_checkpointing.py), so the budget moves time and memory, never a
 result.
 
-The budget is the operator's (``ARTSVC_ACTIVATION_MEMORY_GIB``). The default, 0.5 GiB (an eighth of the machine's
-memory where that is less), holds about half the layers of the main job's passes (0.9 GiB for all of them) and a sixth
-of an agent's (2048's and email's: 2.7-2.9 GiB). At 1 GiB, every layer of the main job's passes kept, its peak was
+The budget is the operator's (``ARTSVC_ACTIVATION_MEMORY_GIB``). The default, where the base weights are bf16 (or
+another 16-bit type), is 0.5 GiB (an eighth of the machine's memory where that is less): about half the layers of the
+main job's passes (0.9 GiB for all of them) and a sixth of an agent's (2048's and email's: 2.7-2.9 GiB). In float32
+(a CPU without bf16 units) it is 0: there the main job's peak was 3.59 GiB at 0.5 GiB and 2.62 GiB at 0, in the
+same wall time (524 and 521 s; its passes 8.2 against 9.0 s a step, its sampling the faster by as much), on a 2-core
+AVX2 Zen 3 (README, Results, 2026-12-06). At 1 GiB, every layer of the main job's passes kept, its peak was
 2.71-3.05 GiB over three runs, past issue 31's 3 GiB once; at 0.5 GiB, 2.89 GiB on the seed that peaked at 3.05 (README,
 Results, "The adapter's update written in place"). Every layer of an agent's passes kept ran a 2048 step 0.87x as long
 alone, but a whole 2048 job no faster, at a peak 2 GiB higher ("Activations kept within a budget"). A pass longer than
@@ -33,9 +36,11 @@ DEFAULT_BUDGET_BYTES = 512 << 20
 CALIBRATION_POSITIONS = (128, 384)  # the passes that measure what a layer keeps (measure)
 
 
-def default_budget() -> int:
-    """DEFAULT_BUDGET_BYTES, or an eighth of this machine's memory where that is less (where the memory cannot be
-    read: 0, every layer recomputed)."""
+def default_budget(dtype: torch.dtype) -> int:
+    """For base weights in ``dtype``: 0 in a 32-bit type (every layer recomputed); else DEFAULT_BUDGET_BYTES, or an
+    eighth of this machine's memory where that is less (where the memory cannot be read: 0)."""
+    if dtype.itemsize > 2:
+        return 0
     try:
         total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):

@@ -41,7 +41,7 @@ class LoraSettings:
     seq_len: int = 512
     gradient_checkpointing: bool = True  # recompute each layer's activations in the backward pass: memory for time
     # bytes of activations a training pass may keep for its backward instead of recomputing them, layer by layer
-    # (activation_memory.py); None: activation_memory.default_budget()
+    # (activation_memory.py); None: activation_memory.default_budget(the base's dtype)
     activation_memory: int | None = None
 
 
@@ -82,7 +82,8 @@ class PolicyEngine:
             self.model.get_base_model().gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False, **selective})
         self.model.eval()
-        budget = activation_memory.default_budget() if lora.activation_memory is None else lora.activation_memory
+        budget = (activation_memory.default_budget(self.dtype) if lora.activation_memory is None
+                  else lora.activation_memory)
         self.kept = activation_memory.KeptActivations(budget, training.kept_bytes)
         self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=1e-5)
         if steps:
