@@ -61,3 +61,52 @@ def engine_with_adapter(model_dir: Path, base: Path, dtype):
             if "lora_B" in name:
                 param.normal_(0, 0.05)
     return engine
+
+
+def build_tiny_gguf(path: Path) -> Path:
+    """Write a one-layer Llama (float32 weights drawn at random) with a byte-level vocabulary of 264 tokens as a GGUF
+    file at ``path``: what the service converts, in about a second where SmolLM2's file takes 10-16 s."""
+    import gguf
+    import numpy as np
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    hidden, ffn, heads = 16, 32, 2
+    tokens = [*bytes_to_unicode().values(), "Fi", "Fin", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(1)
+    writer.add_context_length(128)
+    writer.add_embedding_length(hidden)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(1)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_dimension_count(hidden // heads)
+    writer.add_vocab_size(len(tokens))
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("smollm")
+    writer.add_token_list(tokens)
+    writer.add_token_types([1] * (len(tokens) - 3) + [3] * 3)  # normal, then control tokens
+    writer.add_token_merges(["F i", "Fi n"])
+    writer.add_bos_token_id(len(tokens) - 2)
+    writer.add_eos_token_id(len(tokens) - 1)
+    writer.add_pad_token_id(len(tokens) - 3)
+    rng = np.random.default_rng(0)
+    shapes = {"token_embd.weight": (len(tokens), hidden), "blk.0.attn_q.weight": (hidden, hidden),
+              "blk.0.attn_k.weight": (hidden // heads, hidden), "blk.0.attn_v.weight": (hidden // heads, hidden),
+              "blk.0.attn_output.weight": (hidden, hidden), "blk.0.ffn_gate.weight": (ffn, hidden),
+              "blk.0.ffn_up.weight": (ffn, hidden), "blk.0.ffn_down.weight": (hidden, ffn)}  # fmt: skip
+    for name, shape in shapes.items():
+        writer.add_tensor(name, rng.standard_normal(shape, dtype=np.float32) * 0.02)
+    for name in ("output_norm.weight", "blk.0.attn_norm.weight", "blk.0.ffn_norm.weight"):
+        writer.add_tensor(name, np.ones(hidden, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory) -> Path:
+    """The tiny GGUF file, shared by the session's tests (read-only)."""
+    return build_tiny_gguf(tmp_path_factory.mktemp("tiny-gguf") / "tiny.gguf")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -16,6 +17,7 @@ from sqlmodel import Session
 
 from service import submission
 from service.auth import LOCAL_PRINCIPAL
+from service.backends.transformers.models import base_model_cache, converting_ahead
 from service.cpu import wait_briefly
 from service.settings import Settings, get_settings
 from service.spec import JobSpec
@@ -141,6 +143,24 @@ def train(
                 job, _ = submission.submit(session, spec, caller=LOCAL_PRINCIPAL, settings=settings)
             except submission.Refused as exc:
                 raise fail(str(exc)) from None
+    model = (job.manifest or {}).get("model") or {}
+    with _base_model_converting_ahead(model, settings):
+        summary = _run(job, engine, settings)
+    _print_summary(summary)
+    if as_json:
+        typer.echo(json.dumps(summary))
+
+
+def _base_model_converting_ahead(model: dict[str, Any], settings: Settings) -> AbstractContextManager[None]:
+    """The transformers backend's base model converted from GGUF (where it is one, not converted yet) in a child
+    process while this one imports torch and ART (models.converting_ahead)."""
+    if model.get("backend") != "transformers" or not isinstance(model.get("base_model"), str):
+        return nullcontext()
+    return converting_ahead(model["base_model"], base_model_cache(settings.data_dir))
+
+
+def _run(job: Job, engine: Any, settings: Settings) -> dict[str, Any]:
+    """The job run to its end in this process, with its progress on the console; its summary."""
     # Imported only now, with the job in hand: torch and ART take seconds to load, which `artsvc --help` and
     # refused arguments need not wait for.
     from service.backends import BackendUnavailableError
@@ -162,9 +182,7 @@ def train(
         raise fail(f"job {job.id} failed: {type(exc).__name__}: {exc}") from None
     summary = job_summary(job, database_url=settings.resolved_database_url)
     summary.setdefault("wall_time_s", round(time.monotonic() - started, 1))
-    _print_summary(summary)
-    if as_json:
-        typer.echo(json.dumps(summary))
+    return summary
 
 
 def _parse_env_args(pairs: list[str]) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from typing import Any
 
 from service.backends.batching import gathered
 from service.backends.openai_server import ChatCompletionRequest, ServingError
+from service.backends.transformers.models import base_model_cache
 from service.inference.bounds import Bounds
 from service.inference.process import InferenceProcess
 from service.inference.turns import FairTurns, TurnsFull
@@ -85,7 +86,7 @@ class InferenceEngine:
     def __init__(self, settings: Settings, *, process: InferenceProcess | None = None) -> None:
         self.bounds = Bounds.of(settings)
         self.default_max_tokens = settings.inference_max_tokens
-        self.cache_dir = str(settings.data_dir / "cache" / "base-models")  # base models converted there, as training
+        self.cache_dir = str(base_model_cache(settings.data_dir))  # base models converted there, as training
         self.turns = FairTurns(
             max_waiting=settings.inference_max_waiting_per_tenant, capacity=settings.inference_max_active_callers
         )

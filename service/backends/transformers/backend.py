@@ -22,7 +22,7 @@ from service.backends.openai_server import Sample, ServingError
 from service.backends.serving import InProcessBackend, SftBatches, parse_model_name
 from service.backends.transformers.engine import LoraSettings, PolicyEngine, default_device
 from service.backends.transformers.generation import SamplingRequest
-from service.backends.transformers.models import resolve_base_model
+from service.backends.transformers.models import CONVERTED, resolve_base_model
 from service.backends.transformers.precision import Precision, dtype_name, resolve
 from service.backends.transformers.template_chat import TemplateChat
 
@@ -68,7 +68,7 @@ class TransformersBackend(InProcessBackend):
     async def register(self, model: art.Model) -> None:
         if not isinstance(model, art.TrainableModel):
             raise TypeError("the transformers backend trains and serves TrainableModel instances only")
-        base_dir = await self._run(resolve_base_model, model.base_model, self._cache_dir / "base-models")
+        base_dir = await self._run(resolve_base_model, model.base_model, self._cache_dir / CONVERTED)
         model_dir = layout.model_dir(self._path, model.name, model.project)
         self._engines[model.name] = await self._run(PolicyEngine, model_dir, base_dir, lora=self._lora, seed=self._seed,
                                                    dtype=self._dtype)  # fmt: skip

