@@ -64,7 +64,7 @@ def engine_with_adapter(model_dir: Path, base: Path, dtype):
 
 
 def build_tiny_gguf(path: Path) -> Path:
-    """Write a one-layer Llama (float32 weights drawn at random) with a byte-level vocabulary of 264 tokens as a GGUF
+    """Write a one-layer Llama (float32 weights drawn at random) with a byte-level vocabulary of 261 tokens as a GGUF
     file at ``path``: what the service converts, in about a second where SmolLM2's file takes 10-16 s."""
     import gguf
     import numpy as np
