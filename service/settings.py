@@ -104,8 +104,7 @@ class Settings(BaseSettings):
         "measured in different precisions are not compared.",
     )
     activation_memory_gib: float | None = Field(None, ge=0, le=4096, description="GiB of activations a training pass "
-        "keeps instead of recomputing them, by layer (activation_memory.py); unset: 0.5 (an eighth of memory if less) "
-        "where the base model is bf16, 0 in float32.")
+        "keeps instead of recomputing them, by layer; unset: 0.5 in bf16, 0 in float32 (activation_memory.py).")
     poll_seconds: float = Field(1.0, gt=0, description="How often an idle worker looks for queued jobs (a job queued "
                                 "wakes it at once: service/store/queue_signal.py).")
     trajectories_per_step: int = Field(8, ge=0, le=1024, description="Rollouts kept per step for operators to read.")
