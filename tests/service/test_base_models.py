@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import gguf
+import pytest
 from transformers import AutoModelForCausalLM
 from transformers.modeling_gguf_pytorch_utils import TensorProcessor, get_gguf_hf_weights_map
 
@@ -97,3 +98,9 @@ def _wait_until_locked_elsewhere(lock: Path, timeout_s: float = 60.0) -> None:
     while not (lock.exists() and _locked_elsewhere(lock)):
         assert time.monotonic() < deadline, "the child never took the conversion's lock"
         time.sleep(0.02)
+
+
+@pytest.mark.parametrize("name", ["~no-such-user-here/model.gguf", "x" * 5000 + ".gguf", "a\x00b.gguf", "../../etc"])
+def test_a_name_that_resolves_to_no_file_starts_no_conversion_and_raises_nothing(name, tmp_path):
+    with models.converting_ahead(name, tmp_path):
+        assert not tmp_path.exists() or not any(tmp_path.iterdir())

