@@ -1,6 +1,6 @@
-"""packed_weights.py: the sampler's bfloat16 products read weights laid out once for oneDNN, within bfloat16's rounding
-of the plain products; prefills, float32 weights and changed weights are not served from a stale or wrong pack; a
-training step frees the packs."""
+"""packed_weights.py: the sampler's bfloat16 products, and a float32 model's output head, read weights laid out once for
+oneDNN, within their dtype's rounding of the plain products; prefills, a float32 model's other weights and changed
+weights are not served from a stale or wrong pack; a training step frees the packs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from service.backends.transformers.engine import LoraSettings, PolicyEngine
 from service.backends.transformers.generation import SamplingRequest
 from service.backends.transformers.packed_weights import SMALL_PRODUCT_ROWS, PackedWeights, _available
 from tests.service.test_transformers_precision import MESSAGES, _engine
@@ -44,7 +43,7 @@ def test_a_prefill_a_float32_weight_and_a_changed_weight_are_not_served_from_a_p
     long = torch.randn(SMALL_PRODUCT_ROWS + 1, 16, dtype=torch.bfloat16)
     assert torch.equal(product(long), plain_linear(long, weight)) and calls == [1]  # a prefill's rows: plain
     full, as_float = torch.randn(32, 16), torch.randn(4, 16)
-    assert torch.equal(packed.product(full)(as_float), plain_linear(as_float, full))  # a float32 weight: never packed
+    assert torch.equal(packed.product(full)(as_float), plain_linear(as_float, full))  # a float32 layer: never packed
     assert len(calls) == 2 and len(packed) == 1
     x = torch.randn(4, 16, dtype=torch.bfloat16)
     with torch.no_grad():
@@ -54,9 +53,40 @@ def test_a_prefill_a_float32_weight_and_a_changed_weight_are_not_served_from_a_p
     assert len(packed) == 0
 
 
-def test_nothing_is_packed_for_a_float32_model(tiny_lm, tmp_path):
-    engine = PolicyEngine(tmp_path / "model", tiny_lm, lora=LoraSettings(rank=8), device=CPU, dtype=torch.float32)
-    engine.generate([SamplingRequest(prompt_ids=(1, 2, 3), n=2, max_tokens=4, seed=0)])
+@pytest.mark.parametrize("rows", [1, 7, 64, SMALL_PRODUCT_ROWS])
+def test_a_float32_heads_packed_product_is_the_plain_one_within_float32_rounding(rows):
+    torch.manual_seed(0)
+    weight, x = torch.randn(4096, 64), torch.randn(rows, 1, 64)
+    packed = PackedWeights()
+    with torch.inference_mode():
+        got, plain = packed.product(weight, head=True)(x), F.linear(x, weight)
+    assert len(packed) == 1 and got.shape == plain.shape and got.dtype == torch.float32
+    torch.testing.assert_close(got, plain, rtol=1e-5, atol=1e-5)
+    long = torch.randn(SMALL_PRODUCT_ROWS + 1, 64)
+    assert torch.equal(packed.product(weight, head=True)(long), F.linear(long, weight))  # a prefill's rows: plain
+
+
+def test_a_float32_sampler_packs_the_head_alone_and_samples_what_the_plain_products_give(
+    tiny_lm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+):  # fmt: skip
+    """On a float32 model only the output head is packed (MKL runs it far below its rate at a decode step's rows);
+    oneDNN sums in another order, so the replies are the plain products' and the logprobs theirs to float32 rounding,
+    and a training step frees the pack as it frees bfloat16's."""
+    from tests.service.test_transformers_precision import _sampled
+
+    engine = _engine(tiny_lm, tmp_path / "model", torch.float32)
+    packed = _sampled(engine, "trained")
+    assert len(engine.sampler.packed) == 1  # the head, not one of the adapted layers
+    engine.sampler.packed.release()
+    monkeypatch.setattr(PackedWeights, "applies", staticmethod(lambda weight, **_: False))
+    plain = _sampled(engine, "trained")
+    assert len(engine.sampler.packed) == 0 and any(tokens for tokens, _, _ in plain)
+    assert [tokens for tokens, _, _ in packed] == [tokens for tokens, _, _ in plain]
+    for (_, logprobs, _), (_, plain_logprobs, _) in zip(packed, plain):
+        assert logprobs == pytest.approx(plain_logprobs, abs=1e-4)
+    monkeypatch.undo()
+    _sampled(engine, "trained")
+    engine.sft_step([_demonstration()], learning_rate=1e-3)
     assert len(engine.sampler.packed) == 0
 
 

@@ -262,7 +262,7 @@ def test_the_sampler_computes_its_adapter_directly_to_the_values_peft_gives(dtyp
 
     from service.backends.transformers import generation
 
-    monkeypatch.setattr(PackedWeights, "applies", staticmethod(lambda weight: False))
+    monkeypatch.setattr(PackedWeights, "applies", staticmethod(lambda weight, **_: False))
     engine = _engine(tiny_lm, tmp_path / "model", dtype, alpha)
     peft_forward, calls = LoraLinear.forward, []
     monkeypatch.setattr(LoraLinear, "forward", lambda self, *a, **k: calls.append(1) or peft_forward(self, *a, **k))

@@ -10,11 +10,12 @@ them to it), and the trainer still recomputes exactly what the sampler reported.
 adapter disabled or merged, a variant such as DoRA, dropout that is active, several adapters at once) keeps PEFT's
 forward. On a 2-core AMX Xeon a math step's 64 rollouts were sampled 1.17x faster in bfloat16 and 1.10x in float32
 (bench/sampling_adapter.py). Given ``PackedWeights``, the base products and the output head's go through its packed
-copies (packed_weights.py). The scaling is folded into B where it is a power of two (alpha 32 over rank 16: 2), which
-rounds the same, and the update is added into the base product's own tensor: a prefill of 3,000 positions otherwise
-wrote two more tensors the size of the layer's output (each a fresh allocation, its pages faulted in), and took up
-to twice the base product's time (a 2-core Zen 4, 576 outputs: 10.6 ms against 5.6 ms; bench/lora_update.py). The
-trainer keeps PEFT's forward: the same two changes there, with autograd, left a 2048 RL step as it was (1.01x).
+copies where it packs them (packed_weights.py). The scaling is folded into B where it is a power of two (alpha 32 over
+rank 16: 2), which rounds the same, and the update is added into the base product's own tensor: a prefill of 3,000
+positions otherwise wrote two more tensors the size of the layer's output (each a fresh allocation, its pages faulted
+in), and took up to twice the base product's time (a 2-core Zen 4, 576 outputs: 10.6 ms against 5.6 ms;
+bench/lora_update.py). The trainer keeps PEFT's forward: the same two changes there, with autograd, left a 2048 RL step
+as it was (1.01x).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def adapter_as_sampled(model: torch.nn.Module, packed: PackedWeights | None = No
         module.forward = _direct(module, packed)  # an instance attribute: nn.Module's call finds it before the class's
     head = model.get_output_embeddings()  # type: ignore[operator]
     if packed is not None and type(head) is torch.nn.Linear and "forward" not in head.__dict__:
-        head.forward = packed.product(head.weight, head.bias)
+        head.forward = packed.product(head.weight, head.bias, head=True)
         replaced.append(head)
     try:
         yield
