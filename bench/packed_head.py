@@ -2,7 +2,7 @@
 products, at a decode step's rows, and what that does to the main job's validation sweep (issue 31, float32 hosts).
 
 Two measurements, two torch threads, float32, rounds alternated (these machines drift by tens of percent within
-minutes, so only sides of one round are compared):
+minutes, so only sides of one round are compared; in the sweep each side goes first in turn):
 
 - products: ``F.linear`` against ``mkldnn._linear_pointwise`` over the weight packed once for 64 rows (as the sampler
   packs it), at 1, 8, 16 and 64 rows, for each of SmolLM2-135M's shapes: q and o (576 -> 576), k and v (576 -> 192),
@@ -111,7 +111,7 @@ def sweep(examples: int, rounds: int) -> dict:
         packed_bytes: dict[str, int] = {}
         try:
             for round_ in range(rounds + 1):  # the first round warms up
-                for side in SIDES:
+                for side in SIDES[round_ % 3 :] + SIDES[: round_ % 3]:  # each side first in turn
                     packed_weights.PackedWeights.applies = staticmethod(rules[side])  # type: ignore[method-assign]
                     started, drawn = time.perf_counter(), []
                     for start in range(0, len(order), 64):

@@ -9,8 +9,8 @@ inductor's CPU freezing makes (``mkldnn._reorder_linear_weight`` and ``mkldnn._l
 compiling anything.
 
 A float32 product goes to MKL, which at a decode step's rows runs the vocabulary head (576 -> 49,152 on SmolLM2) far
-below its rate: on a 2-core AVX2 Zen 3, 51-61 GFLOP/s at 64 rows and 14 at 8, against oneDNN's packed 94-109 and 39
-(bench/packed_head.py); the layers' own products (at most 1,536 outputs) went either way (0.72-1.32x). So in float32
+below its rate: on a 2-core AVX2 Zen 3, 47-61 GFLOP/s at 64 rows and 12-17 at 8, against oneDNN's packed 94-110 and
+29-44 (bench/packed_head.py); the layers' own products (at most 1,536 outputs) went either way (0.6-1.5x). So in float32
 the head alone is packed: 113 MB for SmolLM2, where every weight would be 540 MB more beside the sampler's caches,
 against issue 31's 3 GiB. oneDNN sums in another order than MKL, so a float32 logprob differs in its last bits from
 the trainer's, which ``probs_corr`` measures every step.
