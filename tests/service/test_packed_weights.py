@@ -14,8 +14,8 @@ from service.backends.transformers.generation import SamplingRequest
 from service.backends.transformers.packed_weights import SMALL_PRODUCT_ROWS, PackedWeights, _available
 from tests.service.test_transformers_precision import MESSAGES, _engine
 
-CPU = torch.device("cpu")
 needs_onednn_bf16 = pytest.mark.skipif(not _available(), reason="oneDNN does not run bfloat16 on this CPU")
+needs_onednn = pytest.mark.skipif(not _available(torch.float32), reason="this torch has no oneDNN packed linear")
 
 
 @needs_onednn_bf16
@@ -53,6 +53,7 @@ def test_a_prefill_a_float32_weight_and_a_changed_weight_are_not_served_from_a_p
     assert len(packed) == 0
 
 
+@needs_onednn
 @pytest.mark.parametrize("rows", [1, 7, 64, SMALL_PRODUCT_ROWS])
 def test_a_float32_heads_packed_product_is_the_plain_one_within_float32_rounding(rows):
     torch.manual_seed(0)
@@ -66,6 +67,7 @@ def test_a_float32_heads_packed_product_is_the_plain_one_within_float32_rounding
     assert torch.equal(packed.product(weight, head=True)(long), F.linear(long, weight))  # a prefill's rows: plain
 
 
+@needs_onednn
 def test_a_float32_sampler_packs_the_head_alone_and_samples_what_the_plain_products_give(
     tiny_lm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ):  # fmt: skip
