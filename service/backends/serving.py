@@ -162,6 +162,13 @@ class InProcessBackend(LoopbackServing):
         super().__init__(**serving)
         self._engines: dict[str, Any] = {}
 
+    async def close(self) -> None:
+        """Stop serving, then let the models go. The server's endpoints reach this backend, and FastAPI keeps them in
+        process-wide caches after the server stopped: holding its engines, a worker that trains job after job kept
+        every finished job's model loaded."""
+        await super().close()
+        self._engines.clear()
+
     def _model_inference_name(self, model: art.Model, step: int | None = None) -> str:
         engine = self._engines.get(model.name)
         current = engine.step if engine is not None else 0

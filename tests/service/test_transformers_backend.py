@@ -5,7 +5,9 @@ tool calls, checkpoints and resume."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import weakref
 
 import art
 import httpx
@@ -369,3 +371,21 @@ async def test_a_request_is_answered_on_the_event_loop_without_a_worker_thread(t
         refused = await http.post(f"{client.base_url}chat/completions", headers={"Authorization": b"Bearer \xe9"},
                                   json={"model": model.name, "messages": MESSAGES})  # fmt: skip
     assert refused.status_code == 401  # a header's non-ASCII character is a wrong key, not a server error
+
+
+@pytest.mark.asyncio
+async def test_a_closed_backend_lets_its_model_go_though_its_servers_endpoints_live_on(tiny_lm, tmp_path):
+    """A worker trains job after job in one process, each on a backend of its own; FastAPI keeps a server's endpoints
+    (which reach the backend) in process-wide caches after the server stopped. Before, every finished job's model
+    stayed loaded: 0.54 GiB more resident a job for SmolLM2 (README Results)."""
+    engines = []
+    for name in ("first", "second"):
+        backend = TransformersBackend(path=tmp_path / "models", cache_dir=tmp_path / "cache", lora=LoraSettings(rank=8))
+        model = art.TrainableModel(name=name, project=layout.PROJECT, base_model=str(tiny_lm), base_path=str(tmp_path / "art"))
+        await model.register(backend)
+        await _sample(model, 1)  # the server answered: its endpoints are in FastAPI's caches
+        engines.append(weakref.ref(backend._engine(model.name)))
+        await backend.close()
+        del backend, model
+    gc.collect()
+    assert [engine() for engine in engines] == [None, None]
