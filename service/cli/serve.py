@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import signal
 import socket
@@ -35,6 +34,7 @@ import environments
 from service.cli.app import app, console, fail, log_to_stderr
 from service.cli.head_deadline import head_timed_protocol
 from service.cli.metrics_folder import metrics_folder
+from service.gc_frozen import freeze_startup_objects
 from service.settings import Settings, get_settings
 from service.store.db import StoreError, check_migrated, make_engine
 from service.worker.supervisor import Supervisor, api_processes, settle_as_child, worker_processes
@@ -106,7 +106,9 @@ def _application(settings: Settings) -> FastAPI:
         raise fail(str(exc)) from None
     log_to_stderr()
     _import_environments()
-    _freeze_startup_objects()
+    # a full collection answered no request for 0.4 s while the API still imported torch and ART; under load one came
+    # every few seconds and set the API's p99
+    freeze_startup_objects()
     return application
 
 
@@ -208,15 +210,6 @@ def _stop_on_signals(stop: asyncio.Event, *, hurry: Callable[[], object]) -> Non
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, on_signal)
-
-
-def _freeze_startup_objects() -> None:
-    """Keep what start-up made (the app, its libraries, the environments) out of the garbage collector's way.
-    A full collection walks every live object (0.4 s while the API still imported torch and ART), answering no
-    request meanwhile; under load one came every few seconds and set the API's p99. Frozen objects are never scanned
-    (gc.freeze: they are not garbage)."""
-    gc.collect()
-    gc.freeze()
 
 
 def _import_environments() -> None:
