@@ -61,22 +61,23 @@ def sampled_choice(backend, model, text: str) -> Choice:
 
 @pytest.mark.asyncio
 async def test_chat_completions_speak_openai_with_consistent_logprobs(tmp_path):
-    async def scenario():
-        backend, model = await _registered(tmp_path)
-        try:
-            client = model.openai_client()
-            response = await client.chat.completions.create(
-                model=model.get_inference_name(), messages=PROMPT, n=3, temperature=1.0,
-                max_tokens=8, seed=7, logprobs=True, top_logprobs=3,
-            )  # fmt: skip
-            again = await client.chat.completions.create(
-                model=model.get_inference_name(), messages=PROMPT, n=3, max_tokens=8, seed=7, logprobs=True
-            )
-            return backend, model, response, again
-        finally:
-            await backend.close()
+    backend, model = await _registered(tmp_path)
+    try:
+        client = model.openai_client()
+        response = await client.chat.completions.create(
+            model=model.get_inference_name(), messages=PROMPT, n=3, temperature=1.0,
+            max_tokens=8, seed=7, logprobs=True, top_logprobs=3,
+        )  # fmt: skip
+        again = await client.chat.completions.create(
+            model=model.get_inference_name(), messages=PROMPT, n=3, max_tokens=8, seed=7, logprobs=True
+        )
+        # the returned logprobs are the policy's own: recompute them with a full forward pass (a closed backend
+        # has let its policy go)
+        recomputed = {c.message.content: completion_logprob(backend, model, c.message.content) for c in response.choices}
+        own = {c.message.content: sampled_choice(backend, model, c.message.content) for c in response.choices}
+    finally:
+        await backend.close()
 
-    backend, model, response, again = await scenario()
     assert response.model == f"{model.name}@0"
     assert len(response.choices) == 3
     assert [c.message.content for c in response.choices] == [c.message.content for c in again.choices]
@@ -89,12 +90,10 @@ async def test_chat_completions_speak_openai_with_consistent_logprobs(tmp_path):
             assert entry.logprob <= 0.0
             tops = [t.logprob for t in entry.top_logprobs]
             assert len(tops) == 3 and tops == sorted(tops, reverse=True) and tops[0] >= entry.logprob - 1e-6
-        # the returned logprobs are the policy's own: recompute them with a full forward pass
         if choice.finish_reason == "stop":
-            recomputed = completion_logprob(backend, model, text)
-            policy_eot = recomputed - sum(e.logprob for e in entries)
+            policy_eot = recomputed[text] - sum(e.logprob for e in entries)
             assert policy_eot <= 1e-4  # the remainder is log P(<eot>), a valid log-probability
-        per_token = sampled_choice(backend, model, text).logprobs.content
+        per_token = own[text].logprobs.content
         assert [round(e.logprob, 4) for e in entries] == [round(e.logprob, 4) for e in per_token]
     assert response.usage.completion_tokens >= sum(len(c.message.content) for c in response.choices)
 
