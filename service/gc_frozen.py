@@ -1,10 +1,11 @@
-"""Long-lived objects kept out of Python's cyclic garbage collector's way (``gc.freeze``).
+"""Python's cyclic garbage collector kept out of the way of the objects that live as long as the process or its model:
+frozen once made (``gc.freeze``), and not run at all while they are being made (imports, a model's load).
 
 A full collection walks every object the collector tracks. Once torch, transformers, ART and a model are loaded that is
-about 700,000 objects, and a collection took 0.3-0.4 s: the main job ran 19 of them, 5.9 s in all on a 2-core Zen 5
-(README Results), each stalling whichever thread allocated, the event loop answering the rollouts' requests or the
-model thread, and with it both cores. Frozen objects are never scanned (they are not garbage), and a collection then
-walks only what is younger: 0.04-0.09 s.
+about 700,000 objects, and a full collection took 0.3-0.5 s: the main job ran 9 of them after its model loaded, 3.9-4.2
+s on a 2-core Zen 5 (README Results), each stalling whichever thread allocated, the event loop answering the rollouts'
+requests or the model thread, and with it both cores. Frozen objects are never scanned (they are not garbage), and a
+full collection then walks only what is younger: 0.03-0.09 s.
 
 A frozen object in a reference cycle is never freed either, so what a backend freezes goes back to the collector when
 its last holder in the process lets go (a worker trains job after job: the model of a finished job, its cycles
@@ -13,12 +14,15 @@ included, must be collected). The API process freezes its start-up for good.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 _lock = threading.Lock()
 _holders = 0  # holds on the frozen generation in this process; the last release unfreezes it
+_pauses = 0  # collector_paused blocks open in this process; the last to end enables the collector again
+_enable_after = False  # whether the collector ran when the first of them began
 
 
 def freeze_startup_objects() -> None:
@@ -49,3 +53,25 @@ def hold_frozen() -> Callable[[], None]:
                 gc.unfreeze()
 
     return release
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """No collection inside. Importing torch, transformers and ART, or loading a model, makes hundreds of thousands of
+    objects and hardly any garbage, yet every 700 allocations start a collection and every hundredth of those walks all
+    made so far: 10 full ones, 1.5-2.3 s, before the main job's first rollout on a 2-core Zen 5 (README Results). Blocks
+    may nest and overlap across threads; the collector runs again once the last one ends (where it ran before the
+    first). Freeze after it (hold_frozen collects first), so what it made is never walked."""
+    global _pauses, _enable_after
+    with _lock:
+        if _pauses == 0:
+            _enable_after = gc.isenabled()
+            gc.disable()
+        _pauses += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _pauses -= 1
+            if _pauses == 0 and _enable_after:
+                gc.enable()

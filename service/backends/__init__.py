@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from service.gc_frozen import collector_paused
+
 if TYPE_CHECKING:
     import art
 
@@ -29,8 +31,9 @@ def make_backend(
     (``Settings.precision``), ``max_sequence_tokens`` the longest trajectory it trains (None: any),
     ``activation_memory_gib`` what a training pass may keep of its activations (``Settings.activation_memory_gib``)."""
     if name == "transformers":
-        from service.backends.transformers.backend import TransformersBackend
-        from service.backends.transformers.engine import LoraSettings
+        with collector_paused():  # the first call imports torch and transformers (gc_frozen.py)
+            from service.backends.transformers.backend import TransformersBackend
+            from service.backends.transformers.engine import LoraSettings
 
         memory = None if activation_memory_gib is None else int(activation_memory_gib * 2**30)
         return TransformersBackend(path=data_dir / "models", cache_dir=data_dir / "cache", seed=seed,

@@ -19,6 +19,7 @@ from service import submission
 from service.auth import LOCAL_PRINCIPAL
 from service.backends.transformers.models import base_model_cache, converting_ahead
 from service.cpu import wait_briefly
+from service.gc_frozen import collector_paused
 from service.settings import Settings, get_settings
 from service.spec import JobSpec
 from service.store import db as store_db
@@ -163,8 +164,9 @@ def _run(job: Job, engine: Any, settings: Settings) -> dict[str, Any]:
     """The job run to its end in this process, with its progress on the console; its summary."""
     # Imported only now, with the job in hand: torch and ART take seconds to load, which `artsvc --help` and
     # refused arguments need not wait for.
-    from service.backends import BackendUnavailableError
-    from service.training.loop import JobHooks, run_job
+    with collector_paused():
+        from service.backends import BackendUnavailableError
+        from service.training.loop import JobHooks, run_job
 
     spec = JobSpec.model_validate(job.spec)
     console.print(f"job [bold]{job.id}[/bold]: {spec.environment} on the {spec.model.backend} backend")

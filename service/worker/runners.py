@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 
+from service.gc_frozen import collector_paused
 from service.runner.finish import Runner
 from service.store.tables import JobKind
 
@@ -19,9 +20,10 @@ from service.store.tables import JobKind
 def runners() -> dict[JobKind, Runner]:
     """``run_job``, ``run_evaluation`` and ``run_client_batch`` by the kind of job they run (one signature:
     service/runner/finish.py)."""
-    from service.art_client.runner import run_client_batch
-    from service.evaluation.runner import run_evaluation
-    from service.training.loop import run_job
+    with collector_paused():  # gc_frozen.py
+        from service.art_client.runner import run_client_batch
+        from service.evaluation.runner import run_evaluation
+        from service.training.loop import run_job
 
     return {JobKind.training: run_job, JobKind.evaluation: run_evaluation, JobKind.client_batch: run_client_batch}
 

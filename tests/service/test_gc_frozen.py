@@ -4,6 +4,7 @@ go: a worker's finished job must not keep its model alive through a frozen refer
 from __future__ import annotations
 
 import gc
+import threading
 import weakref
 
 import art
@@ -56,6 +57,49 @@ def test_the_last_hold_to_let_go_unfreezes_and_each_lets_go_once(no_holds):
     assert gc.get_freeze_count() > 0
     second()
     assert gc.get_freeze_count() == 0
+
+
+def test_no_collection_runs_while_a_pause_lasts_and_the_last_pause_to_end_turns_the_collector_back_on():
+    assert gc.isenabled()
+    collections = []
+    gc.callbacks.append(counted := lambda phase, info: collections.append(info) if phase == "start" else None)
+    try:
+        with gc_frozen.collector_paused():
+            _ = [Node() for _ in range(20_000)]  # enough new objects to start collections, were the collector on
+            with gc_frozen.collector_paused():
+                pass
+            assert not gc.isenabled()  # the inner pause ended, the outer goes on
+            during = len(collections)
+        assert during == 0 and gc.isenabled()
+    finally:
+        gc.callbacks.remove(counted)
+
+
+def test_pauses_on_two_threads_overlap_and_a_collector_that_was_off_stays_off():
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+
+    def first() -> None:
+        with gc_frozen.collector_paused():
+            first_in.set()
+            second_in.wait()
+        first_out.set()
+
+    worker = threading.Thread(target=first)
+    worker.start()
+    first_in.wait()
+    with gc_frozen.collector_paused():
+        second_in.set()
+        first_out.wait()
+        assert not gc.isenabled()  # the other thread's pause ended first
+    worker.join()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_frozen.collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 @pytest.mark.asyncio

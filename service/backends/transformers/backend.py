@@ -25,7 +25,7 @@ from service.backends.transformers.generation import SamplingRequest
 from service.backends.transformers.models import CONVERTED, resolve_base_model
 from service.backends.transformers.precision import Precision, dtype_name, resolve
 from service.backends.transformers.template_chat import TemplateChat
-from service.gc_frozen import hold_frozen
+from service.gc_frozen import collector_paused, hold_frozen
 
 # A decoding step of a small model costs nearly the same for 8 rows as for 64 (its weights are read and its hundreds of
 # products dispatched once either way), so short rows go in batches of up to 128. What a batch holds is its rows' KV
@@ -72,10 +72,11 @@ class TransformersBackend(InProcessBackend):
             raise TypeError("the transformers backend trains and serves TrainableModel instances only")
         base_dir = await self._run(resolve_base_model, model.base_model, self._cache_dir / CONVERTED)
         model_dir = layout.model_dir(self._path, model.name, model.project)
-        self._engines[model.name] = await self._run(PolicyEngine, model_dir, base_dir, lora=self._lora, seed=self._seed,
-                                                   dtype=self._dtype)  # fmt: skip
+        with collector_paused():
+            self._engines[model.name] = await self._run(PolicyEngine, model_dir, base_dir, lora=self._lora,
+                                                       seed=self._seed, dtype=self._dtype)  # fmt: skip
         # the model and the libraries it took are here for the backend's life: no full collection walks them
-        # (gc_frozen.py: 5.9 s of collections in the main job before; what a job makes after this, the collector sees)
+        # (gc_frozen.py; what the job makes after this, the collector sees)
         self._frozen.append(hold_frozen())
 
     async def close(self) -> None:
