@@ -83,10 +83,17 @@ def run_side(shipped: bool, train_args: list[str]) -> dict[str, Any]:
         wall = time.monotonic() - begun
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         record = json.loads(out.read_text())
-    summary = json.loads(done.stdout.strip().splitlines()[-1])
+        summary = json.loads(done.stdout.strip().splitlines()[-1])
+        from env_rl import read_job
+
+        stored = read_job(Path(data_dir) / "artsvc.db", summary["id"])
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    phases = {"steps_s": round(sum(s["wall_time_s"] for s in stored["steps"]), 1),
+              "rollouts_s": round(sum(s["rollout_s"] for s in stored["steps"]), 1),
+              "training_s": round(sum(s["train_s"] for s in stored["steps"]), 1),
+              "validations_s": round(sum(p["wall_time_s"] or 0.0 for p in stored["validation"]), 1)}  # fmt: skip
     return {"wall_time_s": round(wall, 1), "cpu_percent": round(100 * cpu / wall), "steps": summary["step"],
-            "stop_reason": summary["stop_reason"], **split_at_freeze(record)}  # fmt: skip
+            "stop_reason": summary["stop_reason"], **phases, **split_at_freeze(record)}  # fmt: skip
 
 
 def split_at_freeze(record: dict[str, Any]) -> dict[str, Any]:
@@ -138,6 +145,7 @@ def main() -> None:
             print(side, json.dumps(runs[side][-1]), flush=True)
     medians = {side: {"gc_after_s": median_of(r, "after", "seconds"), "full_after": median_of(r, "after", "full_collections"),
                       "gc_before_s": median_of(r, "before", "seconds"), "wall_time_s": median_of(r, "wall_time_s"),
+                      **{k: median_of(r, k) for k in ("steps_s", "rollouts_s", "training_s", "validations_s")},
                       "cpu_percent": median_of(r, "cpu_percent")} for side, r in runs.items()}  # fmt: skip
     from env_rl import machine  # not in the child: nothing may import the service before it patches gc_frozen
 
