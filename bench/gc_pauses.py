@@ -143,7 +143,8 @@ def main() -> None:
         for side in order:
             runs[side].append(run_side(side == "shipped", train_args))
             print(side, json.dumps(runs[side][-1]), flush=True)
-    medians = {side: {"gc_after_s": median_of(r, "after", "seconds"), "full_after": median_of(r, "after", "full_collections"),
+    medians = {side: {"gc_after_s": median_of(r, "after", "seconds"),
+                      "full_after": median_of(r, "after", "full_collections"),
                       "gc_before_s": median_of(r, "before", "seconds"), "wall_time_s": median_of(r, "wall_time_s"),
                       **{k: median_of(r, k) for k in ("steps_s", "rollouts_s", "training_s", "validations_s")},
                       "cpu_percent": median_of(r, "cpu_percent")} for side, r in runs.items()}  # fmt: skip
@@ -151,7 +152,8 @@ def main() -> None:
 
     result = {"machine": machine(), "train_args": train_args, "runs": runs, "medians": medians}
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"gc_pauses{'_' + args.label if args.label else ''}.json").write_text(json.dumps(result, indent=2) + "\n")
+    name = f"gc_pauses{'_' + args.label if args.label else ''}.json"
+    (RESULTS / name).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(medians, indent=2))
 
 

@@ -2,10 +2,10 @@
 frozen once made (``gc.freeze``), and not run at all while they are being made (imports, a model's load).
 
 A full collection walks every object the collector tracks. Once torch, transformers, ART and a model are loaded that is
-about 700,000 objects, and a full collection took 0.3-0.5 s: the main job ran 9 of them after its model loaded, 3.9-4.2
-s on a 2-core Zen 5 (README Results), each stalling whichever thread allocated, the event loop answering the rollouts'
-requests or the model thread, and with it both cores. Frozen objects are never scanned (they are not garbage), and a
-full collection then walks only what is younger: 0.03-0.09 s.
+about 700,000 objects, and a full collection took 0.3-0.5 s: the main job ran 9-10 of them after its model loaded,
+3.8-4.5 s on a 2-core Zen 5 (README Results), each stalling whichever thread allocated, the event loop answering the
+rollouts' requests or the model thread, and with it both cores. Frozen objects are never scanned (they are not
+garbage), and a full collection then walks only what is younger: 0.03-0.09 s.
 
 A frozen object in a reference cycle is never freed either, so what a backend freezes goes back to the collector when
 its last holder in the process lets go (a worker trains job after job: the model of a finished job, its cycles

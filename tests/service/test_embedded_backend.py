@@ -73,8 +73,9 @@ async def test_chat_completions_speak_openai_with_consistent_logprobs(tmp_path):
         )
         # the returned logprobs are the policy's own: recompute them with a full forward pass (a closed backend
         # has let its policy go)
-        recomputed = {c.message.content: completion_logprob(backend, model, c.message.content) for c in response.choices}
-        own = {c.message.content: sampled_choice(backend, model, c.message.content) for c in response.choices}
+        texts = [c.message.content for c in response.choices]
+        recomputed = {text: completion_logprob(backend, model, text) for text in texts}
+        own = {text: sampled_choice(backend, model, text) for text in texts}
     finally:
         await backend.close()
 

@@ -103,9 +103,12 @@ def test_pauses_on_two_threads_overlap_and_a_collector_that_was_off_stays_off():
 
 
 @pytest.mark.asyncio
-async def test_a_backend_freezes_what_its_model_load_made_and_a_cycle_through_its_model_is_collected_once_closed(no_holds, tiny_lm, tmp_path):
+async def test_a_backend_freezes_its_loaded_model_and_a_cycle_through_it_is_collected_once_closed(
+    no_holds, tiny_lm, tmp_path
+):
     backend = TransformersBackend(path=tmp_path / "models", cache_dir=tmp_path / "cache", lora=LoraSettings(rank=8))
-    model = art.TrainableModel(name="tiny", project=layout.PROJECT, base_model=str(tiny_lm), base_path=str(tmp_path / "art"))
+    model = art.TrainableModel(name="tiny", project=layout.PROJECT, base_model=str(tiny_lm),
+                               base_path=str(tmp_path / "art"))  # fmt: skip
     assert gc.get_freeze_count() == 0
     await model.register(backend)
     engine = weakref.ref(backend._engine(model.name))

@@ -381,7 +381,8 @@ async def test_a_closed_backend_lets_its_model_go_though_its_servers_endpoints_l
     engines = []
     for name in ("first", "second"):
         backend = TransformersBackend(path=tmp_path / "models", cache_dir=tmp_path / "cache", lora=LoraSettings(rank=8))
-        model = art.TrainableModel(name=name, project=layout.PROJECT, base_model=str(tiny_lm), base_path=str(tmp_path / "art"))
+        model = art.TrainableModel(name=name, project=layout.PROJECT, base_model=str(tiny_lm),
+                                   base_path=str(tmp_path / "art"))  # fmt: skip
         await model.register(backend)
         await _sample(model, 1)  # the server answered: its endpoints are in FastAPI's caches
         engines.append(weakref.ref(backend._engine(model.name)))
