@@ -7,9 +7,9 @@ about 700,000 objects, and a full collection took 0.3-0.5 s: the main job ran 9-
 rollouts' requests or the model thread, and with it both cores. Frozen objects are never scanned (they are not
 garbage), and a full collection then walks only what is younger: 0.03-0.09 s.
 
-A frozen object in a reference cycle is never freed either, so what a backend freezes goes back to the collector when
-its last holder in the process lets go (a worker trains job after job: the model of a finished job, its cycles
-included, must be collected). The API process freezes its start-up for good.
+A frozen object in a reference cycle is never freed either, so whenever a holder lets go (a worker's job ends: its model,
+its cycles included, must be collected) everything is unfrozen, collected once, and frozen again for the holders left.
+The API process freezes its start-up for good.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import gc
 import threading
 from collections.abc import Callable, Iterator
 
-_lock = threading.Lock()
-_holders = 0  # holds on the frozen generation in this process; the last release unfreezes it
+_lock = threading.RLock()  # a collection runs finalizers, which may hold or let go
+_holders = 0  # holds on the frozen generation in this process
 _pauses = 0  # collector_paused blocks open in this process; the last to end enables the collector again
 _enable_after = False  # whether the collector ran when the first of them began
 
@@ -32,11 +32,12 @@ def freeze_startup_objects() -> None:
 
 def hold_frozen() -> Callable[[], None]:
     """Collect the garbage there is (a frozen cycle would be kept until the release: a model load's leftovers), then
-    freeze every object left; the returned function lets go, once, and the process's last hold to let go unfreezes
-    them all. Unfreezing moves a list, whatever its length."""
+    freeze every object left. The returned function lets go, once: everything is unfrozen (a move of lists, whatever
+    their length), and while other holds remain, collected and frozen again, so what died since (a finished job's
+    model, with the other jobs of a worker still running) is freed all the same."""
     global _holders
-    gc.collect()
     with _lock:
+        gc.collect()
         gc.freeze()
         _holders += 1
     released = False
@@ -49,8 +50,10 @@ def hold_frozen() -> Callable[[], None]:
                 return
             released = True
             _holders -= 1
-            if _holders == 0:
-                gc.unfreeze()
+            gc.unfreeze()
+            if _holders:
+                gc.collect()
+                gc.freeze()
 
     return release
 

@@ -27,6 +27,7 @@ def no_holds(monkeypatch):
     was_frozen = gc.get_freeze_count() > 0
     monkeypatch.setattr(gc_frozen, "_holders", 0)
     yield
+    gc.unfreeze()  # what a failed test left held
     if was_frozen:
         gc.freeze()
 
@@ -57,6 +58,24 @@ def test_the_last_hold_to_let_go_unfreezes_and_each_lets_go_once(no_holds):
     assert gc.get_freeze_count() > 0
     second()
     assert gc.get_freeze_count() == 0
+
+
+def test_what_died_under_a_released_hold_is_collected_while_other_holds_remain(no_holds):
+    """A worker that trains two jobs at once: the first job's model is freed when it ends, the second still running."""
+    finished, running = Node(), Node()
+    finished_ref, running_ref = weakref.ref(finished), weakref.ref(running)
+    first = gc_frozen.hold_frozen()
+    second = gc_frozen.hold_frozen()
+    del finished
+    first()
+    assert finished_ref() is None
+    assert gc.get_freeze_count() > 0  # frozen again for the hold that remains
+    del running
+    gc.collect()
+    assert running_ref() is not None
+    second()
+    gc.collect()
+    assert running_ref() is None
 
 
 def test_no_collection_runs_while_a_pause_lasts_and_the_last_pause_to_end_turns_the_collector_back_on():
