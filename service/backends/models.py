@@ -4,6 +4,7 @@ model to sample from (an evaluation's)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import art
 
@@ -12,10 +13,34 @@ from service import manifests
 from service.backends import layout
 from service.spec import JobSpec
 
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+
+
+class TrainableModel(art.TrainableModel):
+    """ART's trainable model, whose client reaches a policy server in this process without a connection.
+
+    ``openai_client()`` is ART's client (its cost hooks, its default request body) with, where the backend serves in
+    this process, that server's direct HTTP client (``LoopbackServing.direct_http_client``): a rollout's requests
+    are answered by the same app, in the rollout's own task. Other backends are reached as ART reaches them."""
+
+    _direct_client: Any = None
+
+    def openai_client(self) -> AsyncOpenAI:
+        if self._direct_client is not None:
+            return self._direct_client
+        client = super().openai_client()
+        direct = getattr(self.backend(), "direct_http_client", None)
+        http = direct() if direct is not None else None
+        if http is None:
+            return client
+        self._direct_client = client.with_options(http_client=http)
+        return self._direct_client
+
 
 def trainable_model(job_id: str, spec: JobSpec, env: Environment, data_dir: Path) -> art.TrainableModel:
     """The ART model a job trains: one per job, so concurrent jobs never share checkpoints."""
-    return art.TrainableModel(
+    return TrainableModel(
         name=layout.job_model_name(job_id, spec.model.name),
         project=layout.PROJECT,
         base_model=manifests.base_model_for(spec, env),

@@ -1,6 +1,7 @@
 """What every backend that trains in this process shares: one worker thread that owns the model, and an
 OpenAI-compatible server on loopback (started when a model is first prepared for training) that the
-environments' rollouts talk to, as they would to vLLM."""
+environments' rollouts talk to, as they would to vLLM. Rollouts in this process call the server's app directly
+(:meth:`LoopbackServing.direct_http_client`); the loopback port serves everyone else."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+import httpx
 import uvicorn
 from art.types import TrainResult
 
@@ -107,6 +109,8 @@ class LoopbackServing:
         self._server: _QuietServer | None = None
         self._server_task: asyncio.Task[None] | None = None
         self._base_url: str | None = None
+        self._app: Any = None
+        self._direct_client: httpx.AsyncClient | None = None
         self._closing = False
 
     async def _serve(self, generate: Generate, fmt: ChatFormat) -> tuple[str, str]:
@@ -115,7 +119,7 @@ class LoopbackServing:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((self._host, self._port))
-            app = ClosingEachConnection(build_app(generate, self._api_key, fmt))
+            app = self._app = ClosingEachConnection(build_app(generate, self._api_key, fmt))
             self._server = _QuietServer(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
             self._server_task = asyncio.create_task(self._server.serve(sockets=[sock]))
             while not self._server.started:
@@ -132,6 +136,19 @@ class LoopbackServing:
         """Where the OpenAI-compatible server listens, once a model is prepared for training."""
         return self._base_url
 
+    def direct_http_client(self) -> httpx.AsyncClient | None:
+        """An HTTP client for the server's own requests from this process: it calls the server's app in the calling
+        task (httpx's ASGI transport) instead of over a loopback connection. The same app answers, with the same
+        status codes and bodies (an app's error is a 500, as over TCP); what is skipped is the connection, uvicorn's
+        parsing and httpx's pool: 0.85 against 0.36 s of the event loop's CPU for a validation's 200 requests
+        (``bench/loopback_http.py``), time the model thread waits for its batch. None until the server started."""
+        if self._app is None:
+            return None
+        if self._direct_client is None:
+            transport = httpx.ASGITransport(app=self._app, raise_app_exceptions=False)
+            self._direct_client = httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(1200, connect=5.0))
+        return self._direct_client
+
     async def close(self) -> None:
         """Stop serving, then the model thread. Requests still in flight (the rollouts of a step a stop dropped) are
         answered 503 at once rather than computed: only the model call under way ends first."""
@@ -140,6 +157,9 @@ class LoopbackServing:
             self._server.should_exit = True
             await self._server_task
         self._server = self._server_task = None
+        if self._direct_client is not None:
+            await self._direct_client.aclose()
+        self._app = self._direct_client = None
         self._executor.shutdown(wait=True)
 
     async def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:

@@ -1,0 +1,94 @@
+"""A job's rollouts reach its in-process policy server without a connection (service/backends/models.py), and are
+answered exactly as a client over loopback is."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+from openai import AsyncOpenAI
+
+from service.backends.embedded import EmbeddedBackend
+from service.backends.models import TrainableModel
+
+TINY = "embedded/char-gpt-0.2m"
+PROMPT = [{"role": "user", "content": "What is 3 + 4?"}]
+
+
+async def _registered(tmp_path):
+    backend = EmbeddedBackend(path=tmp_path / "models", cache_dir=tmp_path / "cache", seed=0)
+    model = TrainableModel(name="policy", project="tests", base_model=TINY, base_path=str(tmp_path / "art"))
+    await model.register(backend)
+    return backend, model
+
+
+def _requests_served_over_tcp(backend: EmbeddedBackend) -> int:
+    return backend._server.server_state.total_requests  # uvicorn's count of the HTTP requests it parsed
+
+
+@pytest.mark.asyncio
+async def test_the_models_client_is_answered_by_the_same_app_without_a_connection(tmp_path):
+    backend, model = await _registered(tmp_path)
+    try:
+        client = model.openai_client()
+        assert client is model.openai_client()
+        over_tcp = AsyncOpenAI(base_url=model.inference_base_url, api_key=model.inference_api_key)
+        asked = dict(model=model.get_inference_name(), messages=PROMPT, max_tokens=12, logprobs=True, seed=7,
+                     temperature=1.0)  # fmt: skip
+
+        direct = await client.chat.completions.create(**asked)
+        assert _requests_served_over_tcp(backend) == 0
+        loopback = await over_tcp.chat.completions.create(**asked)
+        assert _requests_served_over_tcp(backend) == 1
+
+        assert direct.choices[0].message.content == loopback.choices[0].message.content
+        assert direct.choices[0].logprobs == loopback.choices[0].logprobs
+        assert direct.model == loopback.model
+        await over_tcp.close()
+    finally:
+        await backend.close()
+
+
+@pytest.mark.asyncio
+async def test_the_direct_client_gets_the_servers_errors_and_the_servers_key_check(tmp_path):
+    backend, model = await _registered(tmp_path)
+    try:
+        with pytest.raises(openai.NotFoundError, match="does not exist"):
+            await model.openai_client().chat.completions.create(model="nobody", messages=PROMPT, max_tokens=4)
+        with pytest.raises(openai.BadRequestError):
+            await model.openai_client().chat.completions.create(model=model.get_inference_name(), messages=PROMPT,
+                                                                max_tokens=-1)  # fmt: skip
+        wrong_key = model.openai_client().with_options(api_key="not-the-key")
+        with pytest.raises(openai.AuthenticationError):
+            await wrong_key.chat.completions.create(model=model.get_inference_name(), messages=PROMPT, max_tokens=4)
+        assert _requests_served_over_tcp(backend) == 0
+    finally:
+        await backend.close()
+
+
+@pytest.mark.asyncio
+async def test_after_close_the_direct_client_refuses_as_the_stopped_server_does(tmp_path):
+    backend, model = await _registered(tmp_path)
+    client = model.openai_client()
+    await backend.close()
+    assert backend.direct_http_client() is None
+    with pytest.raises((openai.APIConnectionError, RuntimeError)):
+        await client.chat.completions.create(model=model.get_inference_name(), messages=PROMPT, max_tokens=4)
+
+
+@pytest.mark.asyncio
+async def test_a_backend_without_a_direct_client_is_reached_as_art_reaches_it(tmp_path):
+    """A model registered with a backend that serves elsewhere keeps ART's own client."""
+
+    class Elsewhere:
+        async def register(self, model):
+            pass
+
+        async def _prepare_backend_for_training(self, model, config):
+            return "http://127.0.0.1:9/v1", "key"
+
+    model = TrainableModel(name="policy", project="tests", base_model=TINY, base_path=str(tmp_path / "art"))
+    await model.register(Elsewhere())  # type: ignore[arg-type]
+    client = model.openai_client()
+    assert str(client.base_url) == "http://127.0.0.1:9/v1/"
+    assert not isinstance(client._client._client._transport, httpx.ASGITransport)
