@@ -140,8 +140,9 @@ class LoopbackServing:
         """An HTTP client for the server's own requests from this process: it calls the server's app in the calling
         task (httpx's ASGI transport) instead of over a loopback connection. The same app answers, with the same
         status codes and bodies (an app's error is a 500, as over TCP); what is skipped is the connection, uvicorn's
-        parsing and httpx's pool: 0.85 against 0.36 s of the event loop's CPU for a validation's 200 requests
-        (``bench/loopback_http.py``), time the model thread waits for its batch. None until the server started."""
+        parsing and httpx's pool: 0.38 against 0.92 s of the event loop's CPU for a validation's 200 requests
+        (``bench/loopback_http.py``, a 2-core AMX Xeon), time the model thread waits for its batch. None until the
+        server started."""
         if self._app is None:
             return None
         if self._direct_client is None:
