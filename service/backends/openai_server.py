@@ -1,7 +1,7 @@
 """An OpenAI-compatible ``/v1/chat/completions`` endpoint in front of a backend's policies.
 
 Supports ``n``, ``temperature``, ``top_p``, ``max_tokens`` (or ``max_completion_tokens``), ``stop``, ``seed``,
-``logprobs``, ``top_logprobs`` and tool calls (written by the policy as text in its format's convention, returned
+``logprobs``, ``top_logprobs``, ``stream`` (the answer as OpenAI's server-sent chunks, once sampled) and tool calls (written by the policy as text in its format's convention, returned
 as OpenAI ``tool_calls``). Models are addressed as ``name`` (latest step) or ``name@step``. Errors use OpenAI's
 error envelope so OpenAI clients raise their usual exceptions. What differs between policies (how messages become
 prompt tokens, how a token is named in ``logprobs``, how tool calls are written) is the :class:`ChatFormat`.
@@ -25,8 +25,10 @@ from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+
+from service.backends import openai_stream
 
 DEFAULT_MAX_TOKENS = 16
 
@@ -173,6 +175,19 @@ def completion(
     }
 
 
+def stream_asked(request: BaseModel) -> bool:
+    """Whether ``request`` asks for OpenAI's server-sent stream (``stream: true``); a 400 for a value not a boolean."""
+    stream = (request.model_extra or {}).get("stream")
+    if stream not in (None, True, False):
+        raise ServingError(400, "invalid request: stream: a boolean is expected", "invalid_request")
+    return bool(stream)
+
+
+def answered(completion: dict[str, Any], *, stream: bool) -> Any:
+    """``completion`` as the body of a response, or as the stream of ``chat.completion.chunk`` events asked for."""
+    return StreamingResponse(openai_stream.chunks(completion), media_type="text/event-stream") if stream else completion
+
+
 async def chat_completion(request: ChatCompletionRequest, generate: Generate, fmt: ChatFormat) -> dict[str, Any]:
     """The response to ``request``: rendered by ``fmt``, sampled by ``generate``, built by :func:`completion`."""
     sampling = sampling_request(request, fmt)
@@ -199,8 +214,10 @@ def build_app(generate: Generate, api_key: str, fmt: ChatFormat) -> FastAPI:
         if not authorization or not secrets.compare_digest(authorization.encode(), f"Bearer {api_key}".encode()):
             raise ServingError(401, "missing or wrong API key", "invalid_api_key")
 
+    # a streamed answer is sent once sampled: a rollout that streams (an ART user's own) reads the same reply
     @app.post("/v1/chat/completions", dependencies=[Depends(check_key)])
-    async def chat_completions(request: ChatCompletionRequest) -> dict[str, Any]:
-        return await chat_completion(request, generate, fmt)
+    async def chat_completions(request: ChatCompletionRequest) -> Any:
+        stream = stream_asked(request)
+        return answered(await chat_completion(request, generate, fmt), stream=stream)
 
     return app

@@ -92,3 +92,24 @@ async def test_a_backend_without_a_direct_client_is_reached_as_art_reaches_it(tm
     client = model.openai_client()
     assert str(client.base_url) == "http://127.0.0.1:9/v1/"
     assert not isinstance(client._client._client._transport, httpx.ASGITransport)
+
+
+@pytest.mark.asyncio
+async def test_a_rollout_that_streams_reads_the_reply_it_would_get_whole_directly_and_over_loopback(tmp_path):
+    """The policy server answered ``stream: true`` with a plain body, which OpenAI's client read as no chunks at all."""
+    backend, model = await _registered(tmp_path)
+    try:
+        asked = dict(model=model.get_inference_name(), messages=PROMPT, max_tokens=12, logprobs=True, seed=3)
+        whole = await model.openai_client().chat.completions.create(**asked)
+        over_tcp = AsyncOpenAI(base_url=model.inference_base_url, api_key=model.inference_api_key)
+        for client in (model.openai_client(), over_tcp):
+            chunks = [chunk async for chunk in await client.chat.completions.create(**asked, stream=True)]
+            deltas = [chunk.choices[0].delta for chunk in chunks if chunk.choices]
+            assert "".join(d.content or "" for d in deltas) == whole.choices[0].message.content
+            assert [chunk.choices[0].finish_reason for chunk in chunks if chunk.choices][-1] == whole.choices[0].finish_reason
+            assert chunks[0].choices[0].logprobs.model_dump() == whole.choices[0].logprobs.model_dump()
+        with pytest.raises(openai.BadRequestError, match="stream"):
+            await model.openai_client().chat.completions.create(**asked, extra_body={"stream": "yes"})
+        await over_tcp.close()
+    finally:
+        await backend.close()

@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import StreamingResponse
 from fastapi.routing import APIRoute
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
@@ -34,8 +33,7 @@ from service.api.routes.jobs import MAX_STEP
 from service.api.schemas import ChatCompletionCreate, OpenAIErrorBody
 from service.api.threads import in_request_thread
 from service.auth import Principal
-from service.backends import openai_stream
-from service.backends.openai_server import ServingError, error_response, validation_message
+from service.backends.openai_server import ServingError, answered, error_response, stream_asked, validation_message
 from service.inference import InferenceEngine
 from service.settings import Settings
 from service.store import runs
@@ -102,14 +100,8 @@ async def chat_completions(
         if (value := getattr(body, name)) is not None and value > limit:
             raise ServingError(400, f"invalid request: {name}: at most {limit} (ARTSVC_INFERENCE_MAX_TOKENS)",
                                "invalid_request")  # fmt: skip
-    stream = (body.model_extra or {}).get("stream")
-    if stream not in (None, True, False):
-        raise ServingError(400, "invalid request: stream: a boolean is expected", "invalid_request")
-    answer = await _complete(body, request, caller=caller, settings=settings, store=store)
-    if stream:
-        chunks = openai_stream.chunks(answer)
-        return StreamingResponse(chunks, media_type="text/event-stream")  # type: ignore[return-value]
-    return answer
+    stream = stream_asked(body)
+    return answered(await _complete(body, request, caller=caller, settings=settings, store=store), stream=stream)
 
 
 async def _complete(
