@@ -48,7 +48,21 @@ def trainable_model(job_id: str, spec: JobSpec, env: Environment, data_dir: Path
     )
 
 
+class CheckpointModel(art.Model):
+    """A checkpoint of a trainable model as a plain model to sample from, through the trainable's own client (which
+    needs no connection where the backend serves in this process); the checkpoint is named in each request."""
+
+    _trainable: Any = None
+
+    def openai_client(self) -> AsyncOpenAI:
+        return self._trainable.openai_client() if self._trainable is not None else super().openai_client()
+
+
 def checkpoint_model(trainable: art.TrainableModel, step: int) -> art.Model:
     """``trainable`` at checkpoint ``step``, served by the backend it is registered with."""
-    return art.Model(name=trainable.name, project=trainable.project, inference_model_name=trainable.get_inference_name(step),
-                     inference_base_url=trainable.inference_base_url, inference_api_key=trainable.inference_api_key)  # fmt: skip
+    model = CheckpointModel(
+        name=trainable.name, project=trainable.project, inference_model_name=trainable.get_inference_name(step),
+        inference_base_url=trainable.inference_base_url, inference_api_key=trainable.inference_api_key,
+    )  # fmt: skip
+    model._trainable = trainable
+    return model

@@ -1,8 +1,8 @@
 """An OpenAI-compatible ``/v1/chat/completions`` endpoint in front of a backend's policies.
 
 Supports ``n``, ``temperature``, ``top_p``, ``max_tokens`` (or ``max_completion_tokens``), ``stop``, ``seed``,
-``logprobs``, ``top_logprobs``, ``stream`` (the answer as OpenAI's server-sent chunks, once sampled) and tool calls (written by the policy as text in its format's convention, returned
-as OpenAI ``tool_calls``). Models are addressed as ``name`` (latest step) or ``name@step``. Errors use OpenAI's
+``logprobs``, ``top_logprobs``, ``stream`` (the answer as OpenAI's server-sent chunks, once sampled) and tool calls
+(written by the policy as text in its format's convention, returned as OpenAI ``tool_calls``). Models are addressed as ``name`` (latest step) or ``name@step``. Errors use OpenAI's
 error envelope so OpenAI clients raise their usual exceptions. What differs between policies (how messages become
 prompt tokens, how a token is named in ``logprobs``, how tool calls are written) is the :class:`ChatFormat`.
 
@@ -185,7 +185,9 @@ def stream_asked(request: BaseModel) -> bool:
 
 def answered(completion: dict[str, Any], *, stream: bool) -> Any:
     """``completion`` as the body of a response, or as the stream of ``chat.completion.chunk`` events asked for."""
-    return StreamingResponse(openai_stream.chunks(completion), media_type="text/event-stream") if stream else completion
+    if not stream:
+        return completion
+    return StreamingResponse(openai_stream.chunks(completion), media_type="text/event-stream")
 
 
 async def chat_completion(request: ChatCompletionRequest, generate: Generate, fmt: ChatFormat) -> dict[str, Any]:

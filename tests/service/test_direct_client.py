@@ -9,7 +9,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from service.backends.embedded import EmbeddedBackend
-from service.backends.models import TrainableModel
+from service.backends.models import TrainableModel, checkpoint_model
 
 TINY = "embedded/char-gpt-0.2m"
 PROMPT = [{"role": "user", "content": "What is 3 + 4?"}]
@@ -106,10 +106,23 @@ async def test_a_rollout_that_streams_reads_the_reply_it_would_get_whole_directl
             chunks = [chunk async for chunk in await client.chat.completions.create(**asked, stream=True)]
             deltas = [chunk.choices[0].delta for chunk in chunks if chunk.choices]
             assert "".join(d.content or "" for d in deltas) == whole.choices[0].message.content
-            assert [chunk.choices[0].finish_reason for chunk in chunks if chunk.choices][-1] == whole.choices[0].finish_reason
+            finish_reasons = [chunk.choices[0].finish_reason for chunk in chunks if chunk.choices]
+            assert finish_reasons[-1] == whole.choices[0].finish_reason
             assert chunks[0].choices[0].logprobs.model_dump() == whole.choices[0].logprobs.model_dump()
         with pytest.raises(openai.BadRequestError, match="stream"):
             await model.openai_client().chat.completions.create(**asked, extra_body={"stream": "yes"})
         await over_tcp.close()
+    finally:
+        await backend.close()
+
+
+@pytest.mark.asyncio
+async def test_an_evaluations_checkpoint_model_samples_its_step_through_the_trainables_direct_client(tmp_path):
+    backend, model = await _registered(tmp_path)
+    try:
+        checkpoint = checkpoint_model(model, 0)
+        reply = await checkpoint.openai_client().chat.completions.create(
+            model=checkpoint.get_inference_name(), messages=PROMPT, max_tokens=4, logprobs=True)  # fmt: skip
+        assert reply.model == "policy@0" and _requests_served_over_tcp(backend) == 0
     finally:
         await backend.close()
