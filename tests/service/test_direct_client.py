@@ -6,6 +6,7 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
+import pytest_asyncio
 from openai import AsyncOpenAI
 
 from service.backends.embedded import EmbeddedBackend
@@ -15,11 +16,14 @@ TINY = "embedded/char-gpt-0.2m"
 PROMPT = [{"role": "user", "content": "What is 3 + 4?"}]
 
 
-async def _registered(tmp_path):
+@pytest_asyncio.fixture
+async def registered(tmp_path):
+    """A model registered with an embedded backend, which serves in this process; closed after the test."""
     backend = EmbeddedBackend(path=tmp_path / "models", cache_dir=tmp_path / "cache", seed=0)
     model = TrainableModel(name="policy", project="tests", base_model=TINY, base_path=str(tmp_path / "art"))
     await model.register(backend)
-    return backend, model
+    yield backend, model
+    await backend.close()
 
 
 def _requests_served_over_tcp(backend: EmbeddedBackend) -> int:
@@ -27,48 +31,42 @@ def _requests_served_over_tcp(backend: EmbeddedBackend) -> int:
 
 
 @pytest.mark.asyncio
-async def test_the_models_client_is_answered_by_the_same_app_without_a_connection(tmp_path):
-    backend, model = await _registered(tmp_path)
-    try:
-        client = model.openai_client()
-        assert client is model.openai_client()
-        over_tcp = AsyncOpenAI(base_url=model.inference_base_url, api_key=model.inference_api_key)
-        asked = dict(model=model.get_inference_name(), messages=PROMPT, max_tokens=12, logprobs=True, seed=7,
-                     temperature=1.0)  # fmt: skip
+async def test_the_models_client_is_answered_by_the_same_app_without_a_connection(registered):
+    backend, model = registered
+    client = model.openai_client()
+    assert client is model.openai_client()
+    over_tcp = AsyncOpenAI(base_url=model.inference_base_url, api_key=model.inference_api_key)
+    asked = dict(model=model.get_inference_name(), messages=PROMPT, max_tokens=12, logprobs=True, seed=7,
+                 temperature=1.0)  # fmt: skip
 
-        direct = await client.chat.completions.create(**asked)
-        assert _requests_served_over_tcp(backend) == 0
-        loopback = await over_tcp.chat.completions.create(**asked)
-        assert _requests_served_over_tcp(backend) == 1
+    direct = await client.chat.completions.create(**asked)
+    assert _requests_served_over_tcp(backend) == 0
+    loopback = await over_tcp.chat.completions.create(**asked)
+    assert _requests_served_over_tcp(backend) == 1
 
-        assert direct.choices[0].message.content == loopback.choices[0].message.content
-        assert direct.choices[0].logprobs == loopback.choices[0].logprobs
-        assert direct.model == loopback.model
-        await over_tcp.close()
-    finally:
-        await backend.close()
+    assert direct.choices[0].message.content == loopback.choices[0].message.content
+    assert direct.choices[0].logprobs == loopback.choices[0].logprobs
+    assert direct.model == loopback.model
+    await over_tcp.close()
 
 
 @pytest.mark.asyncio
-async def test_the_direct_client_gets_the_servers_errors_and_the_servers_key_check(tmp_path):
-    backend, model = await _registered(tmp_path)
-    try:
-        with pytest.raises(openai.NotFoundError, match="does not exist"):
-            await model.openai_client().chat.completions.create(model="nobody", messages=PROMPT, max_tokens=4)
-        with pytest.raises(openai.BadRequestError):
-            await model.openai_client().chat.completions.create(model=model.get_inference_name(), messages=PROMPT,
-                                                                max_tokens=-1)  # fmt: skip
-        wrong_key = model.openai_client().with_options(api_key="not-the-key")
-        with pytest.raises(openai.AuthenticationError):
-            await wrong_key.chat.completions.create(model=model.get_inference_name(), messages=PROMPT, max_tokens=4)
-        assert _requests_served_over_tcp(backend) == 0
-    finally:
-        await backend.close()
+async def test_the_direct_client_gets_the_servers_errors_and_the_servers_key_check(registered):
+    backend, model = registered
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        await model.openai_client().chat.completions.create(model="nobody", messages=PROMPT, max_tokens=4)
+    with pytest.raises(openai.BadRequestError):
+        await model.openai_client().chat.completions.create(model=model.get_inference_name(), messages=PROMPT,
+                                                            max_tokens=-1)  # fmt: skip
+    wrong_key = model.openai_client().with_options(api_key="not-the-key")
+    with pytest.raises(openai.AuthenticationError):
+        await wrong_key.chat.completions.create(model=model.get_inference_name(), messages=PROMPT, max_tokens=4)
+    assert _requests_served_over_tcp(backend) == 0
 
 
 @pytest.mark.asyncio
-async def test_after_close_the_direct_client_refuses_as_the_stopped_server_does(tmp_path):
-    backend, model = await _registered(tmp_path)
+async def test_after_close_the_direct_client_refuses_as_the_stopped_server_does(registered):
+    backend, model = registered
     client = model.openai_client()
     await backend.close()
     assert backend.direct_http_client() is None
@@ -95,34 +93,28 @@ async def test_a_backend_without_a_direct_client_is_reached_as_art_reaches_it(tm
 
 
 @pytest.mark.asyncio
-async def test_a_rollout_that_streams_reads_the_reply_it_would_get_whole_directly_and_over_loopback(tmp_path):
+async def test_a_rollout_that_streams_reads_the_reply_it_would_get_whole_directly_and_over_loopback(registered):
     """The policy server answered ``stream: true`` with a plain body, which OpenAI's client read as no chunks at all."""
-    backend, model = await _registered(tmp_path)
-    try:
-        asked = dict(model=model.get_inference_name(), messages=PROMPT, max_tokens=12, logprobs=True, seed=3)
-        whole = await model.openai_client().chat.completions.create(**asked)
-        over_tcp = AsyncOpenAI(base_url=model.inference_base_url, api_key=model.inference_api_key)
-        for client in (model.openai_client(), over_tcp):
-            chunks = [chunk async for chunk in await client.chat.completions.create(**asked, stream=True)]
-            deltas = [chunk.choices[0].delta for chunk in chunks if chunk.choices]
-            assert "".join(d.content or "" for d in deltas) == whole.choices[0].message.content
-            finish_reasons = [chunk.choices[0].finish_reason for chunk in chunks if chunk.choices]
-            assert finish_reasons[-1] == whole.choices[0].finish_reason
-            assert chunks[0].choices[0].logprobs.model_dump() == whole.choices[0].logprobs.model_dump()
-        with pytest.raises(openai.BadRequestError, match="stream"):
-            await model.openai_client().chat.completions.create(**asked, extra_body={"stream": "yes"})
-        await over_tcp.close()
-    finally:
-        await backend.close()
+    backend, model = registered
+    asked = dict(model=model.get_inference_name(), messages=PROMPT, max_tokens=12, logprobs=True, seed=3)
+    whole = await model.openai_client().chat.completions.create(**asked)
+    over_tcp = AsyncOpenAI(base_url=model.inference_base_url, api_key=model.inference_api_key)
+    for client in (model.openai_client(), over_tcp):
+        chunks = [chunk async for chunk in await client.chat.completions.create(**asked, stream=True)]
+        deltas = [chunk.choices[0].delta for chunk in chunks if chunk.choices]
+        assert "".join(d.content or "" for d in deltas) == whole.choices[0].message.content
+        finish_reasons = [chunk.choices[0].finish_reason for chunk in chunks if chunk.choices]
+        assert finish_reasons[-1] == whole.choices[0].finish_reason
+        assert chunks[0].choices[0].logprobs.model_dump() == whole.choices[0].logprobs.model_dump()
+    with pytest.raises(openai.BadRequestError, match="stream"):
+        await model.openai_client().chat.completions.create(**asked, extra_body={"stream": "yes"})
+    await over_tcp.close()
 
 
 @pytest.mark.asyncio
-async def test_an_evaluations_checkpoint_model_samples_its_step_through_the_trainables_direct_client(tmp_path):
-    backend, model = await _registered(tmp_path)
-    try:
-        checkpoint = checkpoint_model(model, 0)
-        reply = await checkpoint.openai_client().chat.completions.create(
-            model=checkpoint.get_inference_name(), messages=PROMPT, max_tokens=4, logprobs=True)  # fmt: skip
-        assert reply.model == "policy@0" and _requests_served_over_tcp(backend) == 0
-    finally:
-        await backend.close()
+async def test_an_evaluations_checkpoint_model_samples_its_step_through_the_trainables_direct_client(registered):
+    backend, model = registered
+    checkpoint = checkpoint_model(model, 0)
+    reply = await checkpoint.openai_client().chat.completions.create(
+        model=checkpoint.get_inference_name(), messages=PROMPT, max_tokens=4, logprobs=True)  # fmt: skip
+    assert reply.model == "policy@0" and _requests_served_over_tcp(backend) == 0
