@@ -2,8 +2,9 @@
 
 Supports ``n``, ``temperature``, ``top_p``, ``max_tokens`` (or ``max_completion_tokens``), ``stop``, ``seed``,
 ``logprobs``, ``top_logprobs``, ``stream`` (the answer as OpenAI's server-sent chunks, once sampled) and tool calls
-(written by the policy as text in its format's convention, returned as OpenAI ``tool_calls``). Models are addressed as ``name`` (latest step) or ``name@step``. Errors use OpenAI's
-error envelope so OpenAI clients raise their usual exceptions. What differs between policies (how messages become
+(written by the policy as text in its format's convention, returned as OpenAI ``tool_calls``). Models are addressed
+as ``name`` (latest step) or ``name@step``. Errors use OpenAI's error envelope so OpenAI clients raise their usual
+exceptions. What differs between policies (how messages become
 prompt tokens, how a token is named in ``logprobs``, how tool calls are written) is the :class:`ChatFormat`.
 
 Each choice also carries ``context_tokens``: how many prompt tokens the policy was conditioned on
@@ -178,7 +179,7 @@ def completion(
 def stream_asked(request: BaseModel) -> bool:
     """Whether ``request`` asks for OpenAI's server-sent stream (``stream: true``); a 400 for a value not a boolean."""
     stream = (request.model_extra or {}).get("stream")
-    if stream not in (None, True, False):
+    if stream is not None and not isinstance(stream, bool):  # not ``in (True, False)``: 1 == True would pass
         raise ServingError(400, "invalid request: stream: a boolean is expected", "invalid_request")
     return bool(stream)
 

@@ -106,8 +106,9 @@ async def test_a_rollout_that_streams_reads_the_reply_it_would_get_whole_directl
         finish_reasons = [chunk.choices[0].finish_reason for chunk in chunks if chunk.choices]
         assert finish_reasons[-1] == whole.choices[0].finish_reason
         assert chunks[0].choices[0].logprobs.model_dump() == whole.choices[0].logprobs.model_dump()
-    with pytest.raises(openai.BadRequestError, match="stream"):
-        await model.openai_client().chat.completions.create(**asked, extra_body={"stream": "yes"})
+    for not_a_boolean in ("yes", 1, [True], {"on": True}):
+        with pytest.raises(openai.BadRequestError, match="stream"):
+            await model.openai_client().chat.completions.create(**asked, extra_body={"stream": not_a_boolean})
     await over_tcp.close()
 
 
