@@ -34,6 +34,24 @@ LOSS_OPTIONS = frozenset({
 })  # fmt: skip
 
 
+class TimedASGITransport(httpx.ASGITransport):
+    """httpx's ASGI transport with the request's timeout: httpx's own ignores it, so a model call that never returned
+    would hang its rollout for good, where over a socket the client gives up after its read timeout (ART's: 1,200 s).
+    The whole call is bounded by the read timeout (the app answers all at once, so there is no byte to wait between),
+    and running past it raises :class:`httpx.ReadTimeout`, as a socket's client would: the caller retries or fails
+    the rollout the same way."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        limit = request.extensions.get("timeout", {}).get("read")
+        if limit is None:
+            return await super().handle_async_request(request)
+        try:
+            async with asyncio.timeout(limit):
+                return await super().handle_async_request(request)
+        except TimeoutError as exc:
+            raise httpx.ReadTimeout(f"no answer within {limit} s", request=request) from exc
+
+
 class ClosingEachConnection:
     """ASGI middleware: every response says ``Connection: close``, so a client holds no idle connection to this server.
 
@@ -146,7 +164,7 @@ class LoopbackServing:
         if self._app is None:
             return None
         if self._direct_client is None:
-            transport = httpx.ASGITransport(app=self._app, raise_app_exceptions=False)
+            transport = TimedASGITransport(app=self._app, raise_app_exceptions=False)
             self._direct_client = httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(1200, connect=5.0))
         return self._direct_client
 

@@ -3,6 +3,8 @@ answered exactly as a client over loopback is."""
 
 from __future__ import annotations
 
+import threading
+
 import httpx
 import openai
 import pytest
@@ -119,3 +121,20 @@ async def test_an_evaluations_checkpoint_model_samples_its_step_through_the_trai
     reply = await checkpoint.openai_client().chat.completions.create(
         model=checkpoint.get_inference_name(), messages=PROMPT, max_tokens=4, logprobs=True)  # fmt: skip
     assert reply.model == "policy@0" and _requests_served_over_tcp(backend) == 0
+
+
+@pytest.mark.asyncio
+async def test_a_direct_request_that_gets_no_answer_times_out_as_it_would_over_a_socket(registered):
+    """httpx's ASGI transport ignores timeouts: a model call that never returned hung its rollout for good."""
+    backend, model = registered
+    model_thread_free = threading.Event()
+    backend._executor.submit(model_thread_free.wait, 30)  # the model thread is busy for 30 s: no batch is sampled
+    client = model.openai_client().with_options(timeout=0.5, max_retries=0)
+    try:
+        with pytest.raises(openai.APITimeoutError):
+            await client.chat.completions.create(model=model.get_inference_name(), messages=PROMPT, max_tokens=4)
+    finally:
+        model_thread_free.set()
+    reply = await model.openai_client().chat.completions.create(model=model.get_inference_name(), messages=PROMPT,
+                                                                max_tokens=4)  # fmt: skip
+    assert reply.choices[0].message.content is not None
