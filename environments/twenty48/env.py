@@ -14,7 +14,7 @@ from environments.prompts import few_shot, system
 from environments.twenty48 import scoring
 from environments.twenty48.engine import Board, board_sum, is_game_over, max_tile, new_game
 from environments.twenty48.player import play
-from environments.twenty48.render import cell, format_move, parse_move, render
+from environments.twenty48.render import cell, format_move, observation, parse_move, render
 from environments.twenty48.scenarios import SCENARIO_DIR
 
 if TYPE_CHECKING:  # annotations only: ART is imported at the first trajectory (environments.base.new_trajectory)
@@ -58,7 +58,7 @@ class Twenty48Environment(BaseEnvironment):
     """
 
     name = "2048"
-    version = "1.2.0"
+    version = "1.3.0"
     scorer_name = scoring.SCORER_NAME
     scorer_version = scoring.SCORER_VERSION
     scenario_dir = SCENARIO_DIR
@@ -103,9 +103,10 @@ class Twenty48Environment(BaseEnvironment):
         game = new_game(int(scenario["seed"]))
         trajectory = new_trajectory(messages_and_choices=self.preamble())
         outcome = None
-        turns = wasted = 0
+        turns = wasted = in_a_row = 0  # in_a_row: the latest moves that changed nothing
+        moved = True
         while outcome is None:
-            trajectory.messages_and_choices.append({"role": "user", "content": render(game.board)})
+            trajectory.messages_and_choices.append({"role": "user", "content": observation(game.board, moved=moved)})
             # A seeded rollout varies its seed per turn, so turns do not all draw the same noise.
             turn_sampling = sampling if sampling.seed is None else replace(sampling, seed=sampling.seed + turns)
             choice = await complete(model, trajectory.messages(), turn_sampling, max_tokens=MAX_TOKENS)
@@ -115,11 +116,15 @@ class Twenty48Environment(BaseEnvironment):
             if direction is None:
                 outcome = scoring.INVALID_MOVE
                 break
-            wasted += not game.move(direction)
+            moved = game.move(direction)
+            wasted += not moved
+            in_a_row = 0 if moved else in_a_row + 1
             if max_tile(game.board) >= self.target_tile:
                 outcome = scoring.WIN
             elif is_game_over(game.board):
                 outcome = scoring.LOSS
+            elif in_a_row >= scoring.STUCK_AFTER:
+                outcome = scoring.STUCK
             elif turns >= self.max_turns:
                 outcome = scoring.TURN_LIMIT
         top = max_tile(game.board)
@@ -137,6 +142,7 @@ class Twenty48Environment(BaseEnvironment):
             "turns": turns,
             "wasted_moves": wasted,
             "invalid_move": outcome == scoring.INVALID_MOVE,
+            "stuck": outcome == scoring.STUCK,
             "points": game.points,
         }
         trajectory.metadata = {
@@ -159,9 +165,12 @@ class Twenty48Environment(BaseEnvironment):
             game = new_game(int(rng.choice(train)["seed"]))
             player_rng = random.Random(rng.getrandbits(64))
             turns = play(game, player_rng, target_tile=self.target_tile, max_turns=self.max_turns)
-            played = [m for turn in turns for m in _demonstrated_turn(*turn)]
+            # a move that changed nothing leaves the board as it was: the next turn reads the note
+            moved = [True, *(before != after for (before, _), (after, _) in zip(turns, turns[1:]))]
+            played = [m for (board, move), was in zip(turns, moved) for m in _demonstrated_turn(board, move, moved=was)]
             yield new_trajectory(messages_and_choices=[*self.preamble(), *played])
 
 
-def _demonstrated_turn(board: Board, direction: str) -> tuple[dict[str, str], dict[str, str]]:
-    return {"role": "user", "content": render(board)}, {"role": "assistant", "content": format_move(direction)}
+def _demonstrated_turn(board: Board, direction: str, *, moved: bool) -> tuple[dict[str, str], dict[str, str]]:
+    user = {"role": "user", "content": observation(board, moved=moved)}
+    return user, {"role": "assistant", "content": format_move(direction)}

@@ -36,6 +36,16 @@ def render(board: Board) -> str:
     return "\n".join(" ".join(cell(value) for value in row) for row in board)
 
 
+NOTHING_MOVED = "Nothing moved."
+
+
+def observation(board: Board, *, moved: bool) -> str:
+    """What the player reads before a move: the board, after a note when the last move changed nothing (the same
+    board again, no tile spawned). Without the note a small LM read the same board, played the same move again,
+    and spent the rest of its turns so (SmolLM2 after its warm start: 10 of 12 turns on one validation game)."""
+    return render(board) if moved else f"{NOTHING_MOVED}\n{render(board)}"
+
+
 def format_move(direction: str) -> str:
     """The exact reply that plays ``direction``."""
     if direction not in DIRECTIONS:

@@ -8,8 +8,8 @@ of the biggest tile is worth the same and a policy far from the target still get
 
 ``clip`` is to [0, 1] (0 for values below 2), so progress is in [0, 1]. A win is worth
 ``WIN_REWARD`` (2.0), more than any loss. A game lost on the board or on the turn limit is
-worth its progress; a game ended by an invalid move is worth ``progress - 1``, always less than
-the same game ended validly. Each wasted move (one that changes nothing: legal in 2048, but a
+worth its progress; a game ended by an invalid move, or stuck (``STUCK_AFTER`` moves in a row that
+changed nothing), is worth ``progress - 1``, always less than the same game ended validly. Each wasted move (one that changes nothing: legal in 2048, but a
 turn spent) costs ``WASTED_MOVE_COST``, up to ``MAX_WASTED_COST``, so that RL prefers the same
 result reached without them. Change ``SCORER_VERSION`` whenever any reward could change.
 """
@@ -19,10 +19,11 @@ from __future__ import annotations
 import math
 
 SCORER_NAME = "twenty48-reward"
-SCORER_VERSION = "1.0.0"
+SCORER_VERSION = "1.1.0"
 
-WIN, LOSS, INVALID_MOVE, TURN_LIMIT = "win", "loss", "invalid_move", "turn_limit"
-OUTCOMES = (WIN, LOSS, INVALID_MOVE, TURN_LIMIT)
+WIN, LOSS, INVALID_MOVE, STUCK, TURN_LIMIT = "win", "loss", "invalid_move", "stuck", "turn_limit"
+OUTCOMES = (WIN, LOSS, INVALID_MOVE, STUCK, TURN_LIMIT)
+STUCK_AFTER = 3  # moves in a row that change nothing end the game
 WIN_REWARD = 2.0
 INVALID_MOVE_PENALTY = 1.0
 WASTED_MOVE_COST = 0.02
@@ -54,4 +55,4 @@ def reward(*, outcome: str, max_tile: int, board_sum: int, target_tile: int, was
     if outcome == WIN:
         return WIN_REWARD - waste
     earned = progress(max_tile=max_tile, board_sum=board_sum, target_tile=target_tile) - waste
-    return earned - INVALID_MOVE_PENALTY if outcome == INVALID_MOVE else earned
+    return earned - INVALID_MOVE_PENALTY if outcome in (INVALID_MOVE, STUCK) else earned

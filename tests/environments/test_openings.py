@@ -65,7 +65,7 @@ def test_2048_states_notation_rules_goal_and_reply_and_shows_the_teachers_moves(
     assert len(examples) == 2 * len(EXAMPLES) == 4
     for (board, move), (shown, reply) in zip(EXAMPLES, zip(examples[0::2], examples[1::2])):
         assert shown["content"] == render(board)
-        assert reply["content"] == format_move(move) == format_move(choose_move(board, random.Random(0), noise=0.0))
+        assert reply["content"] == format_move(move) == format_move(choose_move(board, random.Random(0), noise=0.0, waste=0.0))
     assert {parse_move(m["content"]) for m in examples[1::2]} == {"down", "left"} and len(task["content"]) == 31
 
 
