@@ -20,8 +20,14 @@ def _result(step0: list[bool], best: list[bool], best_step: int = 4) -> dict:
 def test_the_gate_accepts_a_clear_lift_and_rejects_one_inside_its_interval():
     clear = env_rl.gate(_result([False] * 50, [True] * 25 + [False] * 25))
     assert clear["decision"] == "ACCEPT" and clear["overall"]["delta"] == 0.5 and clear["candidate_step"] == 4
-    slight = env_rl.gate(_result([True] * 14 + [False] * 36, [True] * 18 + [False] * 32))  # +8 points on 50
+    # +8 points on 50: 6 games won only by the candidate, 2 only by step 0
+    slight = env_rl.gate(_result([True] * 14 + [False] * 36, [False] * 2 + [True] * 18 + [False] * 30))
     assert slight["decision"] == "REJECT" and slight["overall"]["ci_low"] < 0.02 < slight["overall"]["delta"]
+    assert (slight["overall"]["candidate_only"], slight["overall"]["baseline_only"]) == (6, 2)
+    # the same +8 with no game lost: the interval's lower bound is 1 game of 50, exactly min_delta, which clears it
+    # (a difference of two means once rounded it to 0.0199999... and the gate said REJECT)
+    edge = env_rl.gate(_result([True] * 14 + [False] * 36, [True] * 18 + [False] * 32))
+    assert edge["decision"] == "ACCEPT" and edge["overall"]["ci_low"] == 0.02
     same = env_rl.gate(_result([True] * 14 + [False] * 36, [], best_step=0))
     assert same["decision"] == "REJECT" and same["overall"]["delta"] == 0.0
 
