@@ -9,9 +9,9 @@ of the biggest tile is worth the same and a policy far from the target still get
 ``clip`` is to [0, 1] (0 for values below 2), so progress is in [0, 1]. A win is worth
 ``WIN_REWARD`` (2.0), more than any loss. A game lost on the board or on the turn limit is
 worth its progress; a game ended by an invalid move, or stuck (``STUCK_AFTER`` moves in a row that
-changed nothing), is worth ``progress - 1``, always less than the same game ended validly. Each wasted move (one that changes nothing: legal in 2048, but a
-turn spent) costs ``WASTED_MOVE_COST``, up to ``MAX_WASTED_COST``, so that RL prefers the same
-result reached without them. Change ``SCORER_VERSION`` whenever any reward could change.
+changed nothing), is worth ``progress - 1``, always less than the same game ended validly. Each
+wasted move (one that changes nothing: legal in 2048, but a turn spent) costs ``WASTED_MOVE_COST``,
+up to ``MAX_WASTED_COST``, so that RL prefers the same result reached without them. Change ``SCORER_VERSION`` whenever any reward could change.
 """
 
 from __future__ import annotations
