@@ -14,7 +14,7 @@ from environments.prompts import few_shot, system
 from environments.twenty48 import scoring
 from environments.twenty48.engine import Board, board_sum, is_game_over, max_tile, new_game
 from environments.twenty48.player import play
-from environments.twenty48.render import cell, format_move, observation, parse_move, render
+from environments.twenty48.render import cell, format_move, observation, parse_move
 from environments.twenty48.scenarios import SCENARIO_DIR
 
 if TYPE_CHECKING:  # annotations only: ART is imported at the first trajectory (environments.base.new_trajectory)
@@ -30,7 +30,7 @@ TURNS_PER_TARGET = 0.75
 SYSTEM_PROMPT = (
     "You play 2048 on a 4x4 board: . is empty, else a tile's power of two (1=2, 2=4 ... a=1024, b=2048). "
     "A move slides all tiles one way; equal tiles that meet merge, then a new tile appears. "
-    "Win by making a {target} tile ({target_cell}). "
+    "Win by making a {target} tile ({target_cell}). Under each board, Moves: lists the moves that change it. "
     "Reply with only <move>DIRECTION</move>, DIRECTION being left, right, up or down; any other reply ends the game."
 )
 # Two example turns, each the teacher's own move on its board: two 2s merge on the way down; two 4s merge leftwards.
@@ -45,7 +45,7 @@ class Twenty48Environment(BaseEnvironment):
     """Reach ``target_tile`` on a 4x4 board, one ``<move>DIRECTION</move>`` reply per turn.
 
     A game opens with a system prompt (the notation, the rules and the reply format) and two
-    example turns; then each turn's user message is the board alone (see
+    example turns; then each turn's user message is the board and the moves that change it (see
     :mod:`environments.twenty48.render`). The embedded character policy skips the system prompt
     and the examples (its tokenizer drops them) and learns the reply format from the warm-start
     demonstrations. The game enforces it: an unparseable reply ends the game with a penalty. A
@@ -58,7 +58,7 @@ class Twenty48Environment(BaseEnvironment):
     """
 
     name = "2048"
-    version = "1.3.0"
+    version = "2.0.0"
     scorer_name = scoring.SCORER_NAME
     scorer_version = scoring.SCORER_VERSION
     scenario_dir = SCENARIO_DIR
@@ -74,9 +74,12 @@ class Twenty48Environment(BaseEnvironment):
     pretrained_warm_start_examples = 64
     # Validation plays 100 games once each, at the sampling temperature the stopping rules and the gate read: 50 games
     # played twice (sampled and greedy) cost the same (101 against 105 s after the warm start on a 2-core Zen 4), and
-    # on 50 a true gain of 8 points passed the gate about 1 time in 14 (bench/gate_power.py, README Results).
+    # on 50 a true gain of 8 points passed the gate about 1 time in 14 (bench/gate_power.py, README Results). A step
+    # plays 4 openings 4 times each: with 2 openings of 8 games a step's gradient followed two boards, and on seed 0 of
+    # environment 2.0.0 RL gained 10 points by step 4 and lost 13 by step 8; at 4 x 4 it gained 11 by step 2 and held
+    # 7-9 to a plateau (README Results, 2026-12-07).
     pretrained_job = MappingProxyType({
-        "training": MappingProxyType({"groups_per_step": 2, "group_size": 8, "learning_rate": 2e-4, "max_steps": 8}),
+        "training": MappingProxyType({"groups_per_step": 4, "group_size": 4, "learning_rate": 2e-4, "max_steps": 8}),
         "validation": MappingProxyType({"max_examples": 100, "every_n_steps": 2, "greedy": False}),
     })  # fmt: skip
 
@@ -94,10 +97,12 @@ class Twenty48Environment(BaseEnvironment):
     def preamble(self) -> list[dict[str, str]]:
         """What every game opens with, before its first board: the contract, then the example turns."""
         prompt = SYSTEM_PROMPT.format(target=self.target_tile, target_cell=cell(self.target_tile))
-        return [system(prompt), *few_shot((render(board), format_move(move)) for board, move in EXAMPLES)]
+        examples = ((observation(board, moved=True), format_move(move)) for board, move in EXAMPLES)
+        return [system(prompt), *few_shot(examples)]
 
     def opening(self, scenario: dict[str, Any]) -> list[dict[str, str]]:
-        return [*self.preamble(), {"role": "user", "content": render(new_game(int(scenario["seed"])).board)}]
+        board = new_game(int(scenario["seed"])).board
+        return [*self.preamble(), {"role": "user", "content": observation(board, moved=True)}]
 
     async def rollout(self, model: art.Model, scenario: dict[str, Any], sampling: Sampling) -> art.Trajectory:
         game = new_game(int(scenario["seed"]))
@@ -165,12 +170,10 @@ class Twenty48Environment(BaseEnvironment):
             game = new_game(int(rng.choice(train)["seed"]))
             player_rng = random.Random(rng.getrandbits(64))
             turns = play(game, player_rng, target_tile=self.target_tile, max_turns=self.max_turns)
-            # a move that changed nothing leaves the board as it was: the next turn reads the note
-            moved = [True, *(before != after for (before, _), (after, _) in zip(turns, turns[1:]))]
-            played = [m for (board, move), was in zip(turns, moved) for m in _demonstrated_turn(board, move, moved=was)]
+            played = [m for board, move in turns for m in _demonstrated_turn(board, move)]
             yield new_trajectory(messages_and_choices=[*self.preamble(), *played])
 
 
-def _demonstrated_turn(board: Board, direction: str, *, moved: bool) -> tuple[dict[str, str], dict[str, str]]:
-    user = {"role": "user", "content": observation(board, moved=moved)}
+def _demonstrated_turn(board: Board, direction: str) -> tuple[dict[str, str], dict[str, str]]:
+    user = {"role": "user", "content": observation(board, moved=True)}  # the teacher only plays moves that change it
     return user, {"role": "assistant", "content": format_move(direction)}

@@ -14,7 +14,8 @@ from environments.prompts import EXAMPLE_ASSISTANT, EXAMPLE_USER, is_example
 from environments.twenty48 import Twenty48Environment
 from environments.twenty48.env import EXAMPLES
 from environments.twenty48.player import choose_move
-from environments.twenty48.render import format_move, parse_move, render
+from environments.twenty48.engine import new_game
+from environments.twenty48.render import format_move, observation, parse_move
 
 ENVIRONMENTS = [
     *(MathEnvironment(level=level) for level in LEVELS),
@@ -61,12 +62,13 @@ def test_2048_states_notation_rules_goal_and_reply_and_shows_the_teachers_moves(
     text = system["content"]
     assert "4x4" in text and ". is empty" in text and "1=2, 2=4" in text and "a=1024, b=2048" in text
     assert "merge" in text and "<move>DIRECTION</move>" in text and "left, right, up or down" in text
-    assert f"a {env.target_tile} tile" in text
+    assert f"a {env.target_tile} tile" in text and "Moves: lists the moves that change it" in text
     assert len(examples) == 2 * len(EXAMPLES) == 4
     for (board, move), (shown, reply) in zip(EXAMPLES, zip(examples[0::2], examples[1::2])):
-        assert shown["content"] == render(board)
-        assert reply["content"] == format_move(move) == format_move(choose_move(board, random.Random(0), noise=0.0, waste=0.0))
-    assert {parse_move(m["content"]) for m in examples[1::2]} == {"down", "left"} and len(task["content"]) == 31
+        assert shown["content"] == observation(board, moved=True)
+        assert reply["content"] == format_move(move) == format_move(choose_move(board, random.Random(0), noise=0.0))
+    assert {parse_move(m["content"]) for m in examples[1::2]} == {"down", "left"}
+    assert task["content"] == observation(new_game(row["seed"]).board, moved=True)
 
 
 def test_email_states_the_task_its_tools_and_when_to_answer():

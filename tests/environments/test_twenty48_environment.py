@@ -18,11 +18,11 @@ from environments.twenty48.player import choose_move, play
 from environments.twenty48.render import (
     EMPTY,
     EXPONENT_DIGITS,
+    MOVES,
     NOTHING_MOVED,
     format_move,
     observation,
     parse_move,
-    render,
 )
 from environments.twenty48.scoring import reward
 
@@ -30,8 +30,9 @@ TINY = "embedded/char-gpt-0.2m"
 
 
 def unrender(text: str) -> list[list[int]]:
-    """The board a message shows, past the note a wasted move leaves."""
-    board = text.removeprefix(f"{NOTHING_MOVED}\n")
+    """The board a message shows, past the note a wasted move leaves and before the moves that change it."""
+    board, moves = text.removeprefix(f"{NOTHING_MOVED}\n").rsplit("\n", 1)
+    assert moves.startswith(f"{MOVES} ")
     return [[0 if c == EMPTY else 2 ** EXPONENT_DIGITS.index(c) for c in line.split(" ")] for line in board.split("\n")]
 
 
@@ -53,17 +54,17 @@ def test_splits_have_unique_ids_and_disjoint_seeds():
     assert all(r["id"].startswith("2048-") and isinstance(r["seed"], int) for r in rows)
 
 
-@pytest.mark.parametrize(("target", "turns", "floor"), [(128, 256, 0.85), (16, 12, 0.6)])
+@pytest.mark.parametrize(("target", "turns", "floor"), [(128, 256, 0.8), (16, 12, 0.65)])
 def test_the_heuristic_player_wins_most_val_games_but_not_all(target, turns, floor):
     wins = 0
     for row in Twenty48Environment().scenarios("val"):
         game = new_game(row["seed"])
         play(game, random.Random(row["seed"]), target_tile=target, max_turns=turns)
         wins += max_tile(game.board) >= target
-    assert floor <= wins / 200 < 1.0  # 91% to 128 in 256 turns, 67.5% to 16 in 12 (the default game) when written
+    assert floor <= wins / 200 < 1.0  # 85% to 128 in 256 turns, 74% to 16 in 12 (the default game) when written
 
 
-def test_the_player_keeps_to_the_corner_and_slips_to_valid_moves_or_to_moves_that_change_nothing():
+def test_the_player_keeps_to_the_corner_and_slips_only_to_moves_that_change_the_board():
     empty = [0, 0, 0, 0]
     cases = {
         "down": [empty, empty, [0, 2, 0, 0], empty],  # down or left, equally good: down
@@ -72,25 +73,34 @@ def test_the_player_keeps_to_the_corner_and_slips_to_valid_moves_or_to_moves_tha
         "up": [empty, empty, empty, [2, 4, 8, 16]],
     }
     for move, board in cases.items():
-        assert choose_move(board, random.Random(0), noise=0.0, waste=0.0) == move
+        assert choose_move(board, random.Random(0), noise=0.0) == move
     slips = {choose_move(cases["right"], random.Random(seed), noise=1.0) for seed in range(50)}
     assert slips == set(valid_moves(cases["right"])) == {"right", "up"}
-    wasted = {choose_move(cases["right"], random.Random(seed), noise=0.0, waste=1.0) for seed in range(50)}
-    assert wasted == {"left", "down"}  # the two moves that change nothing on that board
-    opening = [[2, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 2]]  # every move changes it: nothing to waste
-    assert choose_move(opening, random.Random(0), noise=0.0, waste=1.0) == "down"
     with pytest.raises(ValueError):
         choose_move([[2, 4, 2, 4], [4, 2, 4, 2], [2, 4, 2, 4], [4, 2, 4, 2]], random.Random(0))
 
 
-def test_demonstrations_are_deterministic_whole_games_whose_wasted_moves_show_the_same_board_with_the_note():
+def test_a_board_is_shown_with_the_moves_that_change_it_and_after_a_wasted_move_with_the_note():
+    empty = [0, 0, 0, 0]
+    corner = [empty, empty, empty, [2, 4, 0, 0]]
+    assert observation(corner, moved=True) == ". . . .\n. . . .\n. . . .\n1 2 . .\nMoves: right, up"
+    assert observation(corner, moved=False) == f"{NOTHING_MOVED}\n. . . .\n. . . .\n. . . .\n1 2 . .\nMoves: right, up"
+    opening = [[2, 0, 0, 0], empty, empty, [0, 0, 0, 2]]
+    assert observation(opening, moved=True).endswith("\nMoves: left, right, up, down")
+    for row in Twenty48Environment().scenarios("val")[:20]:
+        board = new_game(row["seed"]).board
+        shown = observation(board, moved=True)
+        assert unrender(shown) == board and shown.split("\n")[-1] == f"{MOVES} {', '.join(valid_moves(board))}"
+
+
+def test_demonstrations_are_deterministic_whole_games_of_listed_moves_with_the_teachers_slips():
     env = Twenty48Environment(target_tile=128, max_turns=256)
     demos = list(env.demonstrations(seed=5, count=20))
     again, other = (env.demonstrations(seed=s, count=20) for s in (5, 6))
     assert [d.messages_and_choices for d in demos] == [d.messages_and_choices for d in again]
     assert [d.messages_and_choices for d in demos] != [d.messages_and_choices for d in other]
     openings = {str(new_game(row["seed"]).board) for row in env.scenarios("train")}
-    wins = wasted = 0
+    wins = slips = 0
     preamble = env.preamble()
     for demo in demos:
         assert demo.messages_and_choices[: len(preamble)] == preamble  # the rollouts' opening, before the first board
@@ -99,19 +109,17 @@ def test_demonstrations_are_deterministic_whole_games_whose_wasted_moves_show_th
         shown = [m["content"] for m in turns[0::2]]
         boards = [unrender(text) for text in shown]
         moves = [parse_move(m["content"]) for m in turns[1::2]]
-        assert str(boards[0]) in openings and not shown[0].startswith(NOTHING_MOVED)
-        for board, move, following, note in zip(boards, moves, [*boards[1:], None], [*shown[1:], None]):
-            if move not in valid_moves(board):  # a wasted slip: the same board comes back, after the note
-                wasted += 1
-                assert following is None or (following == board and note == f"{NOTHING_MOVED}\n{render(board)}")
-            elif following is not None:  # the next board is this one moved, plus one spawned tile
-                assert note == render(following)
+        assert str(boards[0]) in openings
+        for board, move, text, following in zip(boards, moves, shown, [*boards[1:], None]):
+            assert text == observation(board, moved=True) and move in valid_moves(board)  # every move a listed one
+            slips += move != choose_move(board, random.Random(0), noise=0.0)
+            if following is not None:  # the next board is this one moved, plus one spawned tile
                 moved = slide(board, move)[0]
                 diff = [(a, b) for ra, rb in zip(moved, following) for a, b in zip(ra, rb) if a != b]
                 assert len(diff) == 1 and diff[0][0] == 0 and diff[0][1] in (2, 4)
         last = slide(boards[-1], moves[-1])[0]
         wins += max_tile(last) >= 128
-    assert wins >= 15 and wasted > 0
+    assert wins >= 10 and slips > 0  # 13 of these 20 when written
 
 
 def test_bad_constructor_arguments_are_rejected_with_reasons():
@@ -203,17 +211,14 @@ async def test_a_rollout_of_the_heuristic_is_the_same_game_as_its_demonstration(
     preamble = env.opening(row)[:-1]  # system prompt, example boards and moves
     assert trajectory.messages_and_choices[: len(preamble)] == preamble == env.preamble()
     items = trajectory.messages_and_choices[len(preamble) :]
-    moved = [True, *(before != after for (before, _), (after, _) in zip(expected, expected[1:]))]
-    assert not all(moved)  # the teacher wasted a move, and the game went on from the same board
-    assert [m["content"] for m in items[0::2]] == [observation(board, moved=was) for (board, _), was in zip(expected, moved)]
+    assert [m["content"] for m in items[0::2]] == [observation(board, moved=True) for board, _ in expected]
     assert all(isinstance(c, Choice) for c in items[1::2]) and len(items) == 2 * len(expected)
     assert items[0] == env.opening(row)[-1]
     assert [m["role"] for m in items[0::2]] == ["user"] * len(expected)
-    wasted = sum(direction not in valid_moves(board) for board, direction in expected)
     assert trajectory.metadata["outcome"] == "win" and env.is_correct(trajectory)
-    assert trajectory.reward == pytest.approx(2.0 - 0.02 * wasted)
+    assert trajectory.reward == pytest.approx(2.0)
     assert trajectory.metrics["won"] and trajectory.metrics["max_tile"] >= 128
-    assert trajectory.metrics["wasted_moves"] == wasted and trajectory.metrics["moves"] == len(expected) - wasted
+    assert trajectory.metrics["wasted_moves"] == 0 and trajectory.metrics["moves"] == len(expected)
     assert not trajectory.metrics["invalid_move"]
     assert [call["seed"] for call in model.calls] == list(range(10, 10 + len(expected)))  # fresh noise per turn
     assert all(call["max_tokens"] == 24 and call["logprobs"] for call in model.calls)
@@ -289,10 +294,10 @@ async def test_an_untrained_policy_loses_on_its_first_garbled_reply(tmp_path):
                                               for i, row in enumerate(rows)))  # fmt: skip
     finally:
         await backend.close()
-    for trajectory in trajectories:
+    for row, trajectory in zip(rows, trajectories):
         system, *examples, user, choice = trajectory.messages_and_choices
         assert system["role"] == "system" and [m["name"] for m in examples] == ["example_user", "example_assistant"] * 2
-        assert user["role"] == "user" and len(user["content"]) == 31
+        assert user["role"] == "user" and user["content"] == observation(new_game(row["seed"]).board, moved=True)
         assert isinstance(choice, Choice) and choice.logprobs is not None
         assert trajectory.metadata["outcome"] == "invalid_move" and trajectory.metrics["moves"] == 0
         assert trajectory.reward < 0.0
