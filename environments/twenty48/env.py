@@ -77,7 +77,7 @@ class Twenty48Environment(BaseEnvironment):
     # on 50 a true gain of 8 points passed the gate about 1 time in 14 (bench/gate_power.py, README Results). A step
     # plays 4 openings 4 times each: with 2 openings of 8 games a step's gradient followed two boards, and on seed 0 of
     # environment 2.0.0 RL gained 10 points by step 4 and lost 13 by step 8; at 4 x 4 it gained 11 by step 2 and held
-    # 7-9 to a plateau (README Results, 2026-12-07).
+    # 7-9 to a plateau, but on seed 1 it gained 8 and fell below step 0 as well (README Results, 2026-12-07).
     pretrained_job = MappingProxyType({
         "training": MappingProxyType({"groups_per_step": 4, "group_size": 4, "learning_rate": 2e-4, "max_steps": 8}),
         "validation": MappingProxyType({"max_examples": 100, "every_n_steps": 2, "greedy": False}),
