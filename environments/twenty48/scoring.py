@@ -7,11 +7,15 @@ of the biggest tile is worth the same and a policy far from the target still get
              + 0.2 * clip((log2(board_sum) - 1) / (log2(16 * target_tile) - 1))
 
 ``clip`` is to [0, 1] (0 for values below 2), so progress is in [0, 1]. A win is worth
-``WIN_REWARD`` (2.0), more than any loss. A game lost on the board or on the turn limit is
-worth its progress; a game ended by an invalid move, or stuck (``STUCK_AFTER`` moves in a row that
-changed nothing), is worth ``progress - 1``, always less than the same game ended validly. Each
-wasted move (one that changes nothing: legal in 2048, but a turn spent) costs ``WASTED_MOVE_COST``,
-up to ``MAX_WASTED_COST``, so that RL prefers the same result reached without them. Change ``SCORER_VERSION`` whenever any reward could change.
+``WIN_REWARD`` (2.0), more than any loss. A game that did not win is worth its progress, however it
+ended: on the board, on the turn limit, or stuck (``STUCK_AFTER`` moves in a row that changed
+nothing); only a reply that is not a move (``INVALID_MOVE``) costs 1 more. Until 1.2.0 a stuck game
+cost 1 too, and RL learned to play safe: a game run to the turn limit was worth about as much as a
+quarter chance of winning, so the policy traded wins for never stalling (README Results, 2026-12-07).
+A stuck game already ends early, below the progress the same game would have made. Each wasted move
+(one that changes nothing: legal in 2048, but a turn spent) costs ``WASTED_MOVE_COST``, up to
+``MAX_WASTED_COST``, so that RL prefers the same result reached without them. Change ``SCORER_VERSION``
+whenever any reward could change.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 import math
 
 SCORER_NAME = "twenty48-reward"
-SCORER_VERSION = "1.1.0"
+SCORER_VERSION = "1.2.0"
 
 WIN, LOSS, INVALID_MOVE, STUCK, TURN_LIMIT = "win", "loss", "invalid_move", "stuck", "turn_limit"
 OUTCOMES = (WIN, LOSS, INVALID_MOVE, STUCK, TURN_LIMIT)
@@ -55,4 +59,4 @@ def reward(*, outcome: str, max_tile: int, board_sum: int, target_tile: int, was
     if outcome == WIN:
         return WIN_REWARD - waste
     earned = progress(max_tile=max_tile, board_sum=board_sum, target_tile=target_tile) - waste
-    return earned - INVALID_MOVE_PENALTY if outcome in (INVALID_MOVE, STUCK) else earned
+    return earned - INVALID_MOVE_PENALTY if outcome == INVALID_MOVE else earned
