@@ -154,7 +154,8 @@ def test_a_win_beats_every_loss_and_only_an_invalid_move_costs(target, top, extr
     lost = reward(outcome=outcome, **args)
     assert reward(outcome="win", **args) == 2.0 > lost
     valid_end = reward(outcome="loss", **args)
-    assert reward(outcome="turn_limit", **args) == reward(outcome="stuck", **args) == valid_end and 0.0 <= valid_end <= 1.0
+    assert reward(outcome="turn_limit", **args) == reward(outcome="stuck", **args) == valid_end
+    assert 0.0 <= valid_end <= 1.0
     assert reward(outcome="invalid_move", **args) == valid_end - 1.0
 
 
