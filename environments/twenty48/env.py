@@ -78,12 +78,13 @@ class Twenty48Environment(BaseEnvironment):
     # plays 4 openings 4 times each: with 2 openings of 8 games a step's gradient followed two boards, and on seed 0 of
     # environment 2.0.0 RL gained 10 points by step 4 and lost 13 by step 8; at 4 x 4 it gained 11 by step 2 and held
     # 7-9 to a plateau, but on seed 1 it gained 8 and fell below step 0 as well (README Results, 2026-12-07).
-    # The job stops once 40 of 100 games are won: 13-14 points above the warm start (0.26-0.27 on seeds 0-2), about
-    # what the gate needs to ACCEPT on 100 sampled games; RL that does not get there stops by plateau or after 8 steps.
+    # The job stops once 42 of 100 games are won: 15-16 points above the warm start (0.26-0.27 on seeds 0-2), what the
+    # gate needs to ACCEPT on 100 sampled games where about 45 change outcome (at 0.40, +13 with 29 against 16 gave
+    # [+0.00, +0.25], README Results); RL that does not get there stops by plateau or after 8 steps.
     pretrained_job = MappingProxyType({
         "training": MappingProxyType({"groups_per_step": 4, "group_size": 4, "learning_rate": 2e-4, "max_steps": 8}),
         "validation": MappingProxyType({"max_examples": 100, "every_n_steps": 2, "greedy": False,
-                                        "target_accuracy": 0.4}),
+                                        "target_accuracy": 0.42}),
     })  # fmt: skip
 
     def __init__(self, *, target_tile: int = 16, max_turns: int | None = None) -> None:
