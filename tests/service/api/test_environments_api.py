@@ -57,7 +57,7 @@ def test_the_math_environment_with_its_splits(client, engine, fresh_catalog):
     }  # fmt: skip
     assert listed["2048"]["pretrained_job"] == {section: dict(fields) for section, fields
                                                 in environments.load("2048").pretrained_job.items()}  # fmt: skip
-    assert listed["2048"]["pretrained_job"]["training"]["group_size"] == 4
+    assert listed["2048"]["pretrained_job"]["training"]["group_size"] == 8
     assert listed["email"]["pretrained_job"]["validation"] == {"max_examples": 50, "every_n_steps": 4, "greedy": False}
     assert listed["2048"]["arguments"] == {"target_tile": 16, "max_turns": None}
     assert listed["email"]["tools"] == ["search_inbox", "read_email", "return_final_answer"]
