@@ -179,7 +179,15 @@ class ValidationSpec(_Section):
         3, gt=0, le=1_000, description="Stop after this many evaluations without a gain of min_delta."
     )
     min_delta: float = Field(0.01, ge=0, le=1)
-    target_accuracy: float | None = Field(None, gt=0, le=1)
+    target_accuracy: float | None = Field(None, gt=0, le=1, description="Stop once validation reaches this.")
+    target_gain: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Stop once validation is this far above the series' first point (step 0: the policy before RL, "
+        "after any warm start): a target that holds wherever the warm start lands. With target_accuracy, the lower "
+        "of the two stops the job.",
+    )
     max_examples: int = Field(
         100, gt=0, le=100_000, description="Validation examples per evaluation (the first N of the split)."
     )

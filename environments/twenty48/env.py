@@ -78,16 +78,17 @@ class Twenty48Environment(BaseEnvironment):
     # 4 openings x 4 games replaced 2 x 8: with 2 openings a step's gradient followed two boards, and on seed 0 of
     # environment 2.0.0 RL gained 10 points by step 4 and lost 13 by step 8; at 4 x 4 it gained 11 by step 2 and held
     # 7-9 to a plateau, but on seed 1 it gained 8 and fell below step 0 as well (README Results, 2026-12-07).
-    # The job stops once 42 of 100 games are won: 15-16 points above the warm start (0.26-0.27 on seeds 0-2), what the
-    # gate needs to ACCEPT on 100 sampled games where about 45 change outcome (at 0.40, +13 with 29 against 16 gave
-    # [+0.00, +0.25], README Results); RL that does not get there stops by plateau or at the step cap. A step plays
+    # The job stops once validation is 15 points above step 0: what the gate needs to ACCEPT on 100 sampled games where
+    # about 45 change outcome (+13 with 29 against 16 gave [+0.00, +0.25], README Results). A gain, not an accuracy:
+    # the warm start wins 26-27 of 100 on an AMX Xeon and 22 on a Zen 4, where a target of 0.42 left a +16 with ACCEPT
+    # running to the step cap. RL that does not get there stops by plateau or at the step cap. A step plays
     # 4 openings 8 times each, 4 steps at most: at 4 x 4 over 8 steps (the same 128 games) seeds 1 and 2 gained 8-9
     # points and lost them, and no run met issue 32's bars together; at 4 x 8 seeds 0 and 2 reached the target with
     # ACCEPT in 12.6 and 8.7 minutes, and seed 1 gained 4 (README Results, 2026-12-07, late night).
     pretrained_job = MappingProxyType({
         "training": MappingProxyType({"groups_per_step": 4, "group_size": 8, "learning_rate": 2e-4, "max_steps": 4}),
         "validation": MappingProxyType({"max_examples": 100, "every_n_steps": 2, "greedy": False,
-                                        "target_accuracy": 0.42}),
+                                        "target_gain": 0.15}),
     })  # fmt: skip
 
     def __init__(self, *, target_tile: int = 16, max_turns: int | None = None) -> None:

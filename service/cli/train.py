@@ -98,6 +98,9 @@ def train(
     patience: Annotated[Optional[int], typer.Option(help="Evaluations without gain before stopping.")] = None,
     min_delta: Annotated[Optional[float], typer.Option(help="Smallest accuracy gain that counts.")] = None,
     target_accuracy: Annotated[Optional[float], typer.Option(help="Stop once validation reaches this.")] = None,
+    target_gain: Annotated[
+        Optional[float], typer.Option(help="Stop once validation is this far above step 0's (after the warm start).")
+    ] = None,
     every_n_steps: Annotated[Optional[int], typer.Option(help="Validate every this many steps.")] = None,
     groups_per_step: Annotated[Optional[int], typer.Option(help="Scenarios per step.")] = None,
     group_size: Annotated[Optional[int], typer.Option(help="Rollouts per scenario.")] = None,
@@ -137,7 +140,8 @@ def train(
                              "learning_rate": learning_rate, "warm_start_examples": warm_start_examples},
                 "model": {"base_model": base_model},
                 "validation": {"patience": patience, "min_delta": min_delta, "target_accuracy": target_accuracy,
-                               "every_n_steps": every_n_steps, "max_examples": val_examples, "greedy": greedy},
+                               "target_gain": target_gain, "every_n_steps": every_n_steps, "max_examples": val_examples,
+                               "greedy": greedy},
             }  # fmt: skip
             spec = _build_spec(spec_file, env, seed, flags, _parse_env_args(env_arg or []))
             try:  # as the local operator: checked as the API checks an operator's job

@@ -244,6 +244,13 @@ def recent_points(session: Session, *, job_id: str, count: int) -> list[Validati
     return list(reversed(session.exec(query.order_by(col(ValidationPoint.step).desc()).limit(count)).all()))
 
 
+def first_point(session: Session, *, job_id: str) -> ValidationPoint | None:
+    """The policy's first validation point: step 0 (the policy before RL), or a judged job's first step, which has no
+    ground truth to measure at step 0. ``validation.target_gain`` counts from it."""
+    return session.exec(select(ValidationPoint).where(ValidationPoint.job_id == job_id, POLICY_POINT)
+                        .order_by(col(ValidationPoint.step)).limit(1)).first()  # fmt: skip
+
+
 def latest_point(session: Session, *, job_id: str) -> ValidationPoint | None:
     return next(iter(recent_points(session, job_id=job_id, count=1)), None)
 

@@ -127,8 +127,23 @@ async def validate_if_due(run: Run, step: int) -> Decision:
     """Validate at ``step`` if due (every ``every_n_steps`` and at the last step), then decide from the series."""
     due = step % run.spec.validation.every_n_steps == 0 or step >= run.spec.training.max_steps
     latest = await record_point(run, step, due=due)
-    return stopping.after_validation(runs.progress(latest), step=step, spec=run.spec, diverged=lambda: _diverged(run),
-                                     baseline_accuracy=run.baseline_accuracy)  # fmt: skip
+    return stopping.after_validation(
+        runs.progress(latest),
+        step=step,
+        spec=run.spec,
+        diverged=lambda: _diverged(run),
+        baseline_accuracy=run.baseline_accuracy,
+        first_accuracy=_first_accuracy(run),
+    )
+
+
+def _first_accuracy(run: Run) -> float | None:
+    """The series' first point's accuracy, read only for a job with a ``target_gain`` (a resumed job reads it too)."""
+    if run.spec.validation.target_gain is None:
+        return None
+    with run.session() as session:
+        first = runs.first_point(session, job_id=run.job_id)
+        return None if first is None else first.accuracy
 
 
 def _diverged(run: Run) -> bool:

@@ -216,3 +216,20 @@ async def test_a_model_grader_names_only_judges_the_operator_allows(tmp_path):
     job_id = _submit(engine, {**TINY_RUN, "reward": {"mode": "grader", "grader": scored}})
     with pytest.raises(JudgeNotAllowed, match="openai/o3"):
         await run_job(job_id, db=engine, data_dir=tmp_path / "data", settings=Settings(data_dir=tmp_path / "data"))
+
+
+@pytest.mark.asyncio
+async def test_a_job_with_a_target_gain_stops_once_validation_is_that_far_above_its_first_point(tmp_path):
+    engine = _new_store(tmp_path)
+    spec = judged("ruler")
+    spec["training"] = {**spec["training"], "max_steps": 50}
+    spec["validation"] = {**spec["validation"], "every_n_steps": 1, "target_gain": 0.3}
+    job_id = _submit(engine, spec)
+    scored = iter(range(1, 10_000))  # each trajectory judged scores a little more than the one before it
+    with judge_server(scorer=lambda text: min(1.0, next(scored) / 100)) as server:
+        job = await train(engine, job_id, tmp_path, settings_for(server, tmp_path))
+    _, points = _history(engine, job_id)
+    first, *between, last = [p[1] for p in points]
+    assert job.status is JobStatus.succeeded and job.stop_reason is StopReason.target, points
+    assert last >= first + 0.3 > max(between, default=0.0) and len(between) >= 1, points
+    assert job.step == points[-1][0] < 50

@@ -1,5 +1,9 @@
+import pytest
+from pydantic import ValidationError
+
+from service.runner.stopping import decide, target
+from service.spec import ValidationSpec
 from service.store.tables import StopReason
-from service.runner.stopping import decide
 
 
 def run(series, *, step=None, max_steps=100, patience=3, min_delta=0.01, target=None):
@@ -58,3 +62,32 @@ def test_ties_pick_the_earliest_step_as_best():
 def test_no_validation_yet():
     decision = run([], step=3, max_steps=10)
     assert decision.stop_reason is None and decision.best_step is None
+
+
+def validation(**fields) -> ValidationSpec:
+    return ValidationSpec.model_validate(fields)
+
+
+def test_a_target_gain_counts_from_the_first_point_and_is_met_through_float_rounding():
+    spec = validation(target_gain=0.15)
+    assert target(spec, None) is None  # no first point yet: no target
+    assert target(spec, 0.27) == 0.27 + 0.15 > 0.42  # 0.42000000000000004
+    series = [(0, 0.27), (2, 0.42)]
+    assert run(series[:1], target=target(spec, 0.27)).stop_reason is None
+    assert run(series, target=target(spec, 0.27)).stop_reason is StopReason.target
+    assert run([(0, 0.27), (2, 0.41)], target=target(spec, 0.27)).stop_reason is None
+
+
+def test_with_a_target_accuracy_and_a_target_gain_the_lower_stops_the_job():
+    both = validation(target_accuracy=0.42, target_gain=0.15)
+    assert target(both, 0.22) == pytest.approx(0.37) and target(both, 0.30) == 0.42
+    assert target(validation(target_accuracy=0.42), 0.22) == 0.42 and target(validation(), 0.22) is None
+
+
+@pytest.mark.parametrize("gain", [0, -0.1, 1.5, "a lot", None])
+def test_a_target_gain_out_of_bounds_is_refused(gain):
+    if gain is None:
+        assert validation(target_gain=None).target_gain is None
+        return
+    with pytest.raises(ValidationError, match="target_gain"):
+        validation(target_gain=gain)
