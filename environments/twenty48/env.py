@@ -81,10 +81,11 @@ class Twenty48Environment(BaseEnvironment):
     # The job stops once validation is 15 points above step 0: what the gate needs to ACCEPT on 100 sampled games where
     # about 45 change outcome (+13 with 29 against 16 gave [+0.00, +0.25], README Results). A gain, not an accuracy:
     # the warm start wins 26-27 of 100 on an AMX Xeon and 22 on a Zen 4, where a target of 0.42 left a +16 with ACCEPT
-    # running to the step cap. RL that does not get there stops by plateau or at the step cap. A step plays
-    # 4 openings 8 times each, 4 steps at most: at 4 x 4 over 8 steps (the same 128 games) seeds 1 and 2 gained 8-9
-    # points and lost them, and no run met issue 32's bars together; at 4 x 8 seeds 0 and 2 reached the target with
-    # ACCEPT in 12.6 and 8.7 minutes, and seed 1 gained 4 (README Results, 2026-12-07, late night).
+    # running to the step cap (at 0.15 the same seed stopped at step 2, +18 with ACCEPT, in 13 minutes). RL that does
+    # not get there stops by plateau or at the step cap. A step plays 4 openings 8 times each, 4 steps at most: at
+    # 4 x 4 over 8 steps (the same 128 games) seeds 1 and 2 gained 8-9 points and lost them, and no run met issue 32's
+    # bars together; at 4 x 8 seeds 0 and 2 reached the target with ACCEPT in 12.6 and 8.7 minutes on an AMX Xeon, and
+    # seed 1 gained 4; on a slow Zen 4 every seed gained 13-16 and kept it (README Results, 2026-12-07 and 12-08).
     pretrained_job = MappingProxyType({
         "training": MappingProxyType({"groups_per_step": 4, "group_size": 8, "learning_rate": 2e-4, "max_steps": 4}),
         "validation": MappingProxyType({"max_examples": 100, "every_n_steps": 2, "greedy": False,
