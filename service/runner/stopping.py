@@ -87,7 +87,7 @@ def after_validation(
     spec: JobSpec,
     diverged: Callable[[], bool],
     baseline_accuracy: float | None,
-    first_accuracy: float | None = None,
+    first_accuracy: float | None,
 ) -> Decision:
     """Whether a training job stops after ``step``, given its validation series folded so far. ``diverged`` (a
     store read) is asked only when the job stops on divergence and no rule before it stopped the job;
